@@ -1,0 +1,60 @@
+"""The backend contract: one loaded model instance that executes one batch."""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from serve_app.errors import InvalidConfig
+from serve_app.protos import model_config_pb2 as mc
+
+
+@dataclass(frozen=True, slots=True)
+class BackendContext:
+    """What an instance needs to load: its config, file, and device."""
+
+    model_name: str
+    version: int
+    config: mc.ModelConfig
+    model_file: Path
+    device_kind: str = "KIND_CPU"  # KIND_CPU | KIND_GPU | KIND_MODEL
+    gpu_ids: tuple[int, ...] = field(default_factory=tuple)  # device ordinals visible to this process
+
+    def parameter(self, key: str, default: str = "") -> str:
+        p = self.config.parameters.get(key)
+        return p.string_value if p is not None else default
+
+
+class Backend(ABC):
+    """One model instance.  ``execute`` runs one batch and is called from one thread at a time."""
+
+    def __init__(self, ctx: BackendContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def execute(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        """Run the model on full tensors (batch dim included) and return the named outputs."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the instance's resources."""
+
+
+_ENGINES: dict[str, str] = {
+    "onnxruntime": "serve_app.backends.onnxruntime:OnnxRuntimeBackend",
+}
+
+
+def create_backend(ctx: BackendContext) -> Backend:
+    backend = ctx.config.backend
+    target = _ENGINES.get(backend)
+    if target is None:
+        raise InvalidConfig(
+            f"model '{ctx.model_name}': backend '{backend}' (platform '{ctx.config.platform}') is not available"
+        )
+    module_name, cls_name = target.split(":")
+    cls: type[Backend] = getattr(importlib.import_module(module_name), cls_name)
+    return cls(ctx)

@@ -1,0 +1,102 @@
+"""`python -m serve_app`: start (or join) Ray, deploy a model repository, serve until signalled."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+from serve_app.errors import ServeError
+from serve_app.settings import ServerSettings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m serve_app", description="Serve a Triton model repository on Ray Serve.")
+    p.add_argument("--model-repository", required=True, help="path to a Triton model repository")
+    p.add_argument("--host", default="0.0.0.0", help="address the HTTP and gRPC servers bind (default 0.0.0.0)")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument(
+        "--address", default=None, help="join this Ray cluster instead of starting one ('auto' finds a local one)"
+    )
+    p.add_argument("--gateway-replicas", type=int, default=1, help="front-end replicas sharing the ports")
+    p.add_argument("--instance-cpus", type=float, default=1.0, help="logical CPUs each model instance reserves")
+    p.add_argument(
+        "--num-cpus",
+        type=int,
+        default=None,
+        help="logical CPUs of a Ray started here (default: max(cores, 16); instances share the cores like Triton's)",
+    )
+    p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with a Ray started here")
+    p.add_argument("--object-store-memory", type=int, default=None, help="object store bytes of a Ray started here")
+    return p
+
+
+def settings_from(ns: argparse.Namespace) -> ServerSettings:
+    return ServerSettings(
+        model_repository=os.path.abspath(ns.model_repository),
+        host=ns.host,
+        http_port=ns.http_port,
+        grpc_port=ns.grpc_port,
+        metrics_port=ns.metrics_port,
+        gateway_replicas=ns.gateway_replicas,
+        instance_cpus=ns.instance_cpus,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    settings = settings_from(ns)
+    if not os.path.isdir(settings.model_repository):
+        print(f"error: model repository '{settings.model_repository}' is not a directory", file=sys.stderr)
+        return 2
+
+    import ray
+    from ray import serve
+
+    from serve_app.rayserve.app_builder import build_application
+
+    started_ray = ns.address is None
+    if started_ray:
+        ray.init(
+            num_cpus=ns.num_cpus or max(os.cpu_count() or 1, 16),
+            include_dashboard=ns.dashboard,
+            object_store_memory=ns.object_store_memory,
+            namespace="serve",
+        )
+    else:
+        ray.init(address=ns.address, namespace="serve")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        serve.start(proxy_location="Disabled")
+        try:
+            app = build_application(settings)
+        except ServeError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
+        t0 = time.monotonic()
+        handle = serve.run(app, name=settings.app_name, route_prefix=None)
+        for name, version, state, reason in handle.model_states.remote().result():
+            suffix = f": {reason}" if reason else ""
+            print(f"model '{name}' version {version}: {state}{suffix}", flush=True)
+        print(
+            f"serve_app ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:{settings.http_port}, "
+            f"gRPC {settings.host}:{settings.grpc_port}",
+            flush=True,
+        )
+        while not stop.wait(1.0):
+            pass
+        print("shutting down", flush=True)
+        return 0
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            if started_ray:
+                ray.shutdown()

@@ -1,0 +1,84 @@
+"""One error family for the whole server, neutral to any protocol.
+
+Each class fixes a :class:`ErrorCode`; the HTTP and gRPC front ends map the code
+once (``serve_app.protocol.status``).  Constructors take only the message so the
+errors survive pickling across Ray actors unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+
+class ErrorCode(enum.Enum):
+    """Triton's TRITONSERVER_Error_Code, the status every error maps from."""
+
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+
+
+class ServeError(Exception):
+    """Base of every error the server reports to a client."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(ServeError):
+    code = ErrorCode.INVALID_ARG
+
+
+class NotFound(ServeError):
+    code = ErrorCode.NOT_FOUND
+
+
+class Unavailable(ServeError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class Unsupported(ServeError):
+    code = ErrorCode.UNSUPPORTED
+
+
+class InternalError(ServeError):
+    code = ErrorCode.INTERNAL
+
+
+class AlreadyExists(ServeError):
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class Cancelled(ServeError):
+    code = ErrorCode.CANCELLED
+
+
+class InvalidConfig(InvalidArgument):
+    """A model configuration (config.pbtxt or generated) that can't be served.
+
+    The message always names the model, the file and the field.
+    """
+
+
+def as_serve_error(exc: BaseException) -> ServeError:
+    """The ServeError behind ``exc``: itself, a Ray-wrapped cause, or INTERNAL."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ServeError):
+            return cur
+        seen.add(id(cur))
+        cur = getattr(cur, "cause", None) or cur.__cause__
+    return InternalError(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,166 @@
+"""GRPCInferenceService over :class:`InferenceService`.
+
+The service is registered by hand under Triton's full name
+``inference.GRPCInferenceService`` because our proto package differs from
+Triton's (so both can load in one process).  Every handler is wrapped once, in
+the table, by the error mapping: no method can forget it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from serve_app.errors import ServeError, Unsupported, as_serve_error
+from serve_app.protocol import grpc_codec
+from serve_app.protocol.status import grpc_status
+from serve_app.protos import grpc_service_pb2 as pb
+from serve_app.service import InferenceService
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+
+UnaryHandler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class InferenceServicer:
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.service.live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.service.ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.service.model_ready(request.name, request.version))
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        md = self.service.server_metadata()
+        return pb.ServerMetadataResponse(name=md.name, version=md.version, extensions=md.extensions)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        md = self.service.model_metadata(request.name, request.version)
+        TM = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=md.name,
+            versions=md.versions,
+            platform=md.platform,
+            inputs=[TM(name=t.name, datatype=t.datatype, shape=t.shape) for t in md.inputs],
+            outputs=[TM(name=t.name, datatype=t.datatype, shape=t.shape) for t in md.outputs],
+        )
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        return pb.ModelConfigResponse(config=self.service.model_config(request.name, request.version))
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        resp = pb.ModelStatisticsResponse()
+        names = [request.name] if request.name else self.service.catalog.names()
+        for name in names:
+            entries = (
+                [self.service.catalog.resolve(name, request.version)]
+                if request.name
+                else self.service.catalog.versions(name)
+            )
+            for e in entries:
+                resp.model_stats.add(name=e.name, version=str(e.version))
+        return resp
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        resp = pb.RepositoryIndexResponse()
+        for e in self.service.repository_index(request.ready):
+            resp.models.add(name=e.name, version=e.version, state=e.state, reason=e.reason)
+        return resp
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        req = grpc_codec.decode_model_infer_request(request)
+        resp = await self.service.infer(req)
+        return grpc_codec.encode_model_infer_response(resp)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Each request gets one response, in order; errors travel in-band and keep the stream open."""
+        async for request in request_iterator:
+            try:
+                req = grpc_codec.decode_model_infer_request(request)
+                resp = await self.service.infer(req)
+                yield pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))
+            except Exception as exc:
+                err = as_serve_error(exc)
+                yield pb.ModelStreamInferResponse(
+                    error_message=err.message,
+                    infer_response=pb.ModelInferResponse(
+                        model_name=request.model_name, model_version=request.model_version, id=request.id
+                    ),
+                )
+
+
+# RPC name -> (request type, response type, client streaming)
+_METHODS: dict[str, tuple[Any, Any, bool]] = {
+    "ServerLive": (pb.ServerLiveRequest, pb.ServerLiveResponse, False),
+    "ServerReady": (pb.ServerReadyRequest, pb.ServerReadyResponse, False),
+    "ModelReady": (pb.ModelReadyRequest, pb.ModelReadyResponse, False),
+    "ServerMetadata": (pb.ServerMetadataRequest, pb.ServerMetadataResponse, False),
+    "ModelMetadata": (pb.ModelMetadataRequest, pb.ModelMetadataResponse, False),
+    "ModelInfer": (pb.ModelInferRequest, pb.ModelInferResponse, False),
+    "ModelStreamInfer": (pb.ModelInferRequest, pb.ModelStreamInferResponse, True),
+    "ModelConfig": (pb.ModelConfigRequest, pb.ModelConfigResponse, False),
+    "ModelStatistics": (pb.ModelStatisticsRequest, pb.ModelStatisticsResponse, False),
+    "RepositoryIndex": (pb.RepositoryIndexRequest, pb.RepositoryIndexResponse, False),
+    "RepositoryModelLoad": (pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse, False),
+    "RepositoryModelUnload": (pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse, False),
+    "SystemSharedMemoryStatus": (pb.SystemSharedMemoryStatusRequest, pb.SystemSharedMemoryStatusResponse, False),
+    "SystemSharedMemoryRegister": (
+        pb.SystemSharedMemoryRegisterRequest,
+        pb.SystemSharedMemoryRegisterResponse,
+        False,
+    ),
+    "SystemSharedMemoryUnregister": (
+        pb.SystemSharedMemoryUnregisterRequest,
+        pb.SystemSharedMemoryUnregisterResponse,
+        False,
+    ),
+    "CudaSharedMemoryStatus": (pb.CudaSharedMemoryStatusRequest, pb.CudaSharedMemoryStatusResponse, False),
+    "CudaSharedMemoryRegister": (pb.CudaSharedMemoryRegisterRequest, pb.CudaSharedMemoryRegisterResponse, False),
+    "CudaSharedMemoryUnregister": (
+        pb.CudaSharedMemoryUnregisterRequest,
+        pb.CudaSharedMemoryUnregisterResponse,
+        False,
+    ),
+    "TraceSetting": (pb.TraceSettingRequest, pb.TraceSettingResponse, False),
+    "LogSettings": (pb.LogSettingsRequest, pb.LogSettingsResponse, False),
+}
+
+
+def _unary(fn: UnaryHandler | None, name: str) -> UnaryHandler:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            if fn is None:
+                raise Unsupported(f"{name} is not supported by this server")
+            return await fn(request, context)
+        except ServeError as exc:
+            await context.abort(grpc_status(exc.code), exc.message)
+        except Exception as exc:
+            err = as_serve_error(exc)
+            await context.abort(grpc_status(err.code), err.message)
+
+    return handler
+
+
+def add_inference_service(servicer: InferenceServicer, server: Any) -> None:
+    """Register ``servicer`` on a grpc (or grpc.aio) server as Triton's service."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for name, (req_t, resp_t, streaming) in _METHODS.items():
+        fn = getattr(servicer, name, None)
+        if streaming:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(
+                fn, request_deserializer=req_t.FromString, response_serializer=resp_t.SerializeToString
+            )
+        else:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _unary(fn, name), request_deserializer=req_t.FromString, response_serializer=resp_t.SerializeToString
+            )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

@@ -1,0 +1,144 @@
+"""The v2 HTTP route table.  Handlers decode, call the service, encode.
+
+Errors of every kind are turned into ``{"error": msg}`` with the status from
+:mod:`serve_app.protocol.status`, in one exception handler.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serve_app.config import config_to_json
+from serve_app.errors import InvalidArgument, ServeError, as_serve_error
+from serve_app.inference.types import InferRequest
+from serve_app.protocol import http_codec
+from serve_app.protocol.status import http_status
+from serve_app.service import InferenceService
+from serve_app.service.inference_service import ModelMetadata
+
+JSON = "application/json"
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(json.dumps(obj, separators=(",", ":")), status_code=status, media_type=JSON)
+
+
+def error_response(exc: BaseException) -> Response:
+    err = as_serve_error(exc)
+    return Response(http_codec.error_body(err.message), status_code=http_status(err.code), media_type=JSON)
+
+
+def _metadata_json(md: ModelMetadata) -> dict[str, Any]:
+    def tensors(ts: list[Any]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in ts]
+
+    return {
+        "name": md.name,
+        "versions": md.versions,
+        "platform": md.platform,
+        "inputs": tensors(md.inputs),
+        "outputs": tensors(md.outputs),
+    }
+
+
+def build_http_app(service: InferenceService, *, extra_routes: list[Route] | None = None) -> Starlette:
+    def model_args(request: Request) -> tuple[str, str]:
+        return request.path_params["model"], request.path_params.get("version", "")
+
+    async def live(_: Request) -> Response:
+        return Response(status_code=200 if service.live() else 400)
+
+    async def ready(_: Request) -> Response:
+        return Response(status_code=200 if service.ready() else 400)
+
+    async def server_metadata(_: Request) -> Response:
+        md = service.server_metadata()
+        return _json({"name": md.name, "version": md.version, "extensions": md.extensions})
+
+    async def model_ready(request: Request) -> Response:
+        return Response(status_code=200 if service.model_ready(*model_args(request)) else 400)
+
+    async def model_metadata(request: Request) -> Response:
+        return _json(_metadata_json(service.model_metadata(*model_args(request))))
+
+    async def model_config(request: Request) -> Response:
+        return _json(config_to_json(service.model_config(*model_args(request))))
+
+    async def infer(request: Request) -> Response:
+        name, version = model_args(request)
+        sig = service.signature(name, version)
+        body = await request.body()
+        header_length = request.headers.get(HEADER_LENGTH)
+        req: InferRequest = http_codec.decode_infer_request(
+            body, header_length, model_name=name, model_version=version, sig=sig
+        )
+        resp = await service.infer(req)
+        payload, json_length = http_codec.encode_infer_response(resp, req)
+        content = payload if isinstance(payload, bytes) else b"".join(payload)
+        if json_length is None:
+            return Response(content, media_type=JSON)
+        return Response(
+            content,
+            media_type="application/octet-stream",
+            headers={HEADER_LENGTH: str(json_length)},
+        )
+
+    async def repository_index(request: Request) -> Response:
+        body = await request.body()
+        ready_only = False
+        if body.strip():
+            try:
+                obj = json.loads(body)
+            except ValueError as exc:
+                raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+            if not isinstance(obj, dict):
+                raise InvalidArgument("repository index request must be a JSON object")
+            ready_only = bool(obj.get("ready", False))
+        entries = service.repository_index(ready_only)
+        out = []
+        for e in entries:
+            item: dict[str, str] = {"name": e.name}
+            if e.version:
+                item["version"] = e.version
+            item["state"] = e.state
+            if e.reason:
+                item["reason"] = e.reason
+            out.append(item)
+        return _json(out)
+
+    def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def handler(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except ServeError as exc:
+                return error_response(exc)
+            except Exception as exc:  # never a bare 500 page: always {"error": ...}
+                return error_response(exc)
+
+        return handler
+
+    model = "/v2/models/{model}"
+    versioned = "/v2/models/{model}/versions/{version}"
+    routes = [
+        Route("/v2/health/live", guarded(live), methods=["GET"]),
+        Route("/v2/health/ready", guarded(ready), methods=["GET"]),
+        Route("/v2", guarded(server_metadata), methods=["GET"]),
+        Route("/v2/repository/index", guarded(repository_index), methods=["POST"]),
+    ]
+    for prefix in (versioned, model):
+        routes += [
+            Route(f"{prefix}/ready", guarded(model_ready), methods=["GET"]),
+            Route(f"{prefix}/config", guarded(model_config), methods=["GET"]),
+            Route(f"{prefix}/infer", guarded(infer), methods=["POST"]),
+            Route(prefix, guarded(model_metadata), methods=["GET"]),
+        ]
+    routes += extra_routes or []
+    return Starlette(routes=routes)

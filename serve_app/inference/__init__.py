@@ -1,0 +1,1 @@
+"""Protocol-neutral inference requests and responses, and their validation."""

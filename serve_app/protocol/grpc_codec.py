@@ -1,0 +1,212 @@
+"""KServe v2 inference over gRPC: ModelInferRequest/Response to and from our types.
+
+Input data comes either from ``raw_input_contents`` (one entry per input, in
+input order, same byte layout as HTTP binary data) or from an input's typed
+``contents``, never both.  Typed contents follow Triton: INT8/INT16/INT32 come
+in ``int_contents``, UINT8/UINT16/UINT32 in ``uint_contents`` (values widened to
+32 bits), the other types in their namesake field; FP16 and BF16 have no typed
+form.  Responses always carry data in ``raw_output_contents``, as Triton's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from serve_app import datatypes
+from serve_app.errors import InternalError, InvalidArgument
+from serve_app.inference import tensor_codec
+from serve_app.inference.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    ParamValue,
+    RequestedOutput,
+)
+from serve_app.protocol.params import strip_reserved
+from serve_app.protos import grpc_service_pb2 as pb
+
+SHARED_MEMORY_REGION = "shared_memory_region"
+
+# Which InferTensorContents field carries each datatype, and the wire type
+# Triton names in its error when another field is used.
+_CONTENTS_FIELD: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+_FIELD_TYPE: dict[str, str] = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def params_from_pb(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamValue]:
+    """A protobuf ``map<string, InferParameter>`` as plain Python values."""
+    out: dict[str, ParamValue] = {}
+    for key, p in params.items():
+        which = p.WhichOneof("parameter_choice")
+        if which is None:
+            raise InvalidArgument(f"parameter '{key}' has no value")
+        out[key] = getattr(p, which)
+    return out
+
+
+def params_to_pb(params: Mapping[str, object], target: Mapping[str, pb.InferParameter]) -> None:
+    """Fill the protobuf map ``target`` from plain values (numpy scalars allowed).
+
+    Integers go to ``int64_param``, or ``uint64_param`` when too large for it.
+    """
+    for key, value in params.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        p = target[key]  # type: ignore[index]
+        if isinstance(value, bool):
+            p.bool_param = value
+        elif isinstance(value, int):
+            if _INT64_MIN <= value <= _INT64_MAX:
+                p.int64_param = value
+            elif _INT64_MAX < value <= _UINT64_MAX:
+                p.uint64_param = value
+            else:
+                raise InternalError(f"parameter '{key}' value {value} does not fit in 64 bits")
+        elif isinstance(value, float):
+            p.double_param = value
+        elif isinstance(value, str):
+            p.string_param = value
+        else:
+            raise InternalError(f"parameter '{key}' has unsupported type {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------- request
+
+
+def decode_model_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
+    """Decode a ModelInferRequest; data from raw contents is zero-copy over the
+    message's bytes."""
+    model = msg.model_name
+    raw = msg.raw_input_contents
+    n_raw, n_inputs = len(raw), len(msg.inputs)
+    if n_raw and n_raw != n_inputs:
+        raise InvalidArgument(
+            f"expected {n_inputs} raw_input_contents, one for each input, but got {n_raw} for model "
+            f"'{model}'; raw contents must be given for all inputs or none"
+        )
+
+    parameters = params_from_pb(msg.parameters)
+    strip_reserved(parameters)
+
+    inputs: list[InferTensor] = []
+    for index, io in enumerate(msg.inputs):
+        name, datatype = io.name, io.datatype
+        if datatype not in datatypes.BY_WIRE:
+            raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
+        shape = tuple(io.shape)
+        tparams = params_from_pb(io.parameters)
+        if SHARED_MEMORY_REGION in tparams:
+            raise InvalidArgument(
+                f"input '{name}' refers to shared memory region '{tparams[SHARED_MEMORY_REGION]}', but "
+                "shared memory is not supported by this server"
+            )
+        has_contents = io.HasField("contents")
+        if has_contents and n_raw:
+            raise InvalidArgument(
+                f"contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
+            )
+        if n_raw:
+            data = tensor_codec.array_from_bytes(name, datatype, shape, raw[index])
+        elif has_contents:
+            data = _from_contents(io, model)
+        else:
+            raise InvalidArgument(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
+        inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=data, parameters=tparams))
+
+    outputs: list[RequestedOutput] = []
+    for o in msg.outputs:
+        oparams = params_from_pb(o.parameters)
+        if SHARED_MEMORY_REGION in oparams:
+            raise InvalidArgument(
+                f"output '{o.name}' refers to shared memory region '{oparams[SHARED_MEMORY_REGION]}', but "
+                "shared memory is not supported by this server"
+            )
+        outputs.append(RequestedOutput(name=o.name, parameters=oparams))
+
+    return InferRequest(
+        model_name=model,
+        model_version=msg.model_version,
+        id=msg.id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters,
+    )
+
+
+def _from_contents(io: pb.ModelInferRequest.InferInputTensor, model: str) -> np.ndarray:
+    """Typed contents, checked the way Triton checks them."""
+    name, datatype = io.name, io.datatype
+    contents = io.contents
+    used = [f for f in _FIELD_TYPE if len(getattr(contents, f))]
+    if len(used) > 1:
+        raise InvalidArgument(
+            f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data "
+            "was already supplied."
+        )
+    expected = _CONTENTS_FIELD.get(datatype)
+    if used and used[0] != expected:
+        raise InvalidArgument(
+            f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
+            f"'{_FIELD_TYPE[used[0]]}', expected datatype '{datatype}'"
+        )
+    if expected is None:  # FP16 / BF16 (no typed form) with every field empty
+        values: list = []
+    else:
+        values = list(getattr(contents, expected))
+    if datatype in ("FP16", "BF16"):
+        if values or tensor_codec.element_count(io.shape) != 0:
+            raise InvalidArgument(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}': "
+                f"{datatype} has no typed contents field, send it in raw_input_contents"
+            )
+        return tensor_codec.array_from_bytes(name, datatype, tuple(io.shape), b"")
+    return tensor_codec.array_from_list(name, datatype, tuple(io.shape), values)
+
+
+# --------------------------------------------------------------------------- response
+
+
+def encode_model_infer_response(resp: InferResponse) -> pb.ModelInferResponse:
+    """Encode ``resp``; every output's data goes in ``raw_output_contents``."""
+    msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=str(resp.model_version), id=resp.id)
+    params_to_pb(resp.parameters, msg.parameters)
+    raw: list[bytes] = []
+    for t in resp.outputs:
+        shape = [int(d) for d in t.shape]
+        if tensor_codec.element_count(shape) != np.size(t.data):
+            raise InternalError(f"output tensor shape does not match size of output for '{t.name}'")
+        out = msg.outputs.add(name=t.name, datatype=t.datatype, shape=shape)
+        if t.parameters:
+            params_to_pb(t.parameters, out.parameters)
+        data = tensor_codec.array_to_bytes(t.datatype, t.data)
+        raw.append(data if isinstance(data, bytes) else data.tobytes())
+    msg.raw_output_contents.extend(raw)
+    return msg

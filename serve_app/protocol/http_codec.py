@@ -1,0 +1,386 @@
+"""KServe v2 inference over HTTP: JSON bodies plus the binary tensor extension.
+
+A request body is a JSON header optionally followed by tensor bytes; the
+``Inference-Header-Content-Length`` header says where the JSON ends.  Inputs
+whose ``parameters`` carry ``binary_data_size`` take that many bytes, in input
+order, from after the JSON (as zero-copy views of the body); the rest carry
+``data`` lists.  A header length of ``0`` is the raw binary request: the whole
+body is the single input's data, its shape inferred from the model config.
+
+Anything malformed is an :class:`~serve_app.errors.InvalidArgument` whose
+message follows Triton's where Triton has one.  Whether the request fits the
+model is :func:`serve_app.inference.validate.validate_request`'s job, not ours.
+
+Parameters that decide the response encoding stay in the request:
+``binary_data_output`` in ``InferRequest.parameters`` (set to true for a raw
+binary request) and ``binary_data`` in each ``RequestedOutput.parameters``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+
+from serve_app import datatypes
+from serve_app.errors import InternalError, InvalidArgument
+from serve_app.inference import tensor_codec
+from serve_app.inference.signature import WILDCARD_DIM, ModelSignature
+from serve_app.inference.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    ParamValue,
+    RequestedOutput,
+)
+from serve_app.protocol.params import strip_reserved
+
+INFER_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
+BINARY_DATA_SIZE = "binary_data_size"
+BINARY_DATA = "binary_data"
+BINARY_DATA_OUTPUT = "binary_data_output"
+CLASSIFICATION = "classification"
+SHARED_MEMORY_REGION = "shared_memory_region"
+
+_INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
+
+
+# --------------------------------------------------------------------------- request
+
+
+def decode_infer_request(
+    body: bytes | bytearray | memoryview,
+    header_length: str | None,
+    *,
+    model_name: str,
+    model_version: str,
+    sig: ModelSignature,
+) -> InferRequest:
+    """Decode an infer request body.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` header value
+    as sent (``None`` when absent: the whole body is JSON).  ``sig`` is only
+    needed to infer the input of a raw binary request (``"0"``).
+    """
+    mv = memoryview(body).cast("B") if isinstance(body, memoryview) else memoryview(body)
+    total = len(mv)
+    if header_length is None:
+        hlen = total
+    else:
+        hlen = _parse_header_length(header_length, total)
+        if hlen == 0:
+            return _raw_request(mv, model_name, model_version, sig)
+
+    header = _parse_json(body if hlen == total and not isinstance(body, memoryview) else mv[:hlen])
+    if not isinstance(header, dict):
+        raise InvalidArgument(f"Unable to parse the request: expected a JSON object, got {_json_type(header)}")
+
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgument("Unable to parse 'id': expected a string")
+
+    parameters = _parse_params(header.get("parameters"), "the request")
+    strip_reserved(parameters)
+    if BINARY_DATA_OUTPUT in parameters and not isinstance(parameters[BINARY_DATA_OUTPUT], bool):
+        raise InvalidArgument("Unable to parse 'binary_data_output': expected a boolean")
+
+    inputs_json = header.get("inputs")
+    if not isinstance(inputs_json, list):
+        raise InvalidArgument("Unable to parse 'inputs': expected an array of input tensors")
+    offset = hlen
+    inputs: list[InferTensor] = []
+    for item in inputs_json:
+        tensor, offset = _decode_input(item, mv, offset, model_name)
+        inputs.append(tensor)
+    if offset != total:
+        raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
+
+    outputs_json = header.get("outputs", [])
+    if not isinstance(outputs_json, list):
+        raise InvalidArgument("Unable to parse 'outputs': expected an array of requested outputs")
+    outputs = [_decode_output(item) for item in outputs_json]
+
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters,
+    )
+
+
+def _parse_header_length(raw: str, total: int) -> int:
+    text = raw.strip()
+    if not _INT_RE.fullmatch(text):
+        raise InvalidArgument(f"Unable to parse {INFER_HEADER_CONTENT_LENGTH}, got: {raw}")
+    value = int(text)
+    if value < 0 or value > total:
+        raise InvalidArgument(f"inference header size should be in range (0, {total}), got: {raw}")
+    return value
+
+
+def _parse_json(raw: bytes | bytearray | memoryview) -> object:
+    try:
+        return json.loads(raw if not isinstance(raw, memoryview) else bytes(raw))
+    except json.JSONDecodeError as e:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument("failed to parse the request JSON buffer: invalid UTF-8") from None
+    except RecursionError:
+        raise InvalidArgument("failed to parse the request JSON buffer: nesting too deep") from None
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _parse_params(value: object, where: str) -> dict[str, ParamValue]:
+    """A ``parameters`` object: scalar values only (bool, int, float, str)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"Unable to parse 'parameters' of {where}: expected a JSON object")
+    for key, v in value.items():
+        if not isinstance(v, (bool, int, float, str)):
+            raise InvalidArgument(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', 'float' or 'string'."
+            )
+        if type(v) is int and not _INT_MIN <= v <= _UINT_MAX:
+            raise InvalidArgument(f"parameter '{key}' is out of the 64-bit integer range")
+    return value
+
+
+def _is_uint(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) -> tuple[InferTensor, int]:
+    """One ``inputs`` entry; binary data is taken from ``mv`` at ``offset``."""
+    if not isinstance(item, dict):
+        raise InvalidArgument("Unable to parse 'inputs': each input must be a JSON object")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgument("Unable to parse 'name': each input needs a string 'name'")
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidArgument(f"Unable to parse 'datatype': input '{name}' needs a string 'datatype'")
+    if datatype not in datatypes.BY_WIRE:
+        raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
+    shape = item.get("shape")
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        raise InvalidArgument(f"Unable to parse 'shape': input '{name}' needs a 'shape' array of non-negative integers")
+    params = _parse_params(item.get("parameters"), f"input '{name}'")
+
+    has_data = "data" in item
+    has_binary = BINARY_DATA_SIZE in params
+    has_shm = SHARED_MEMORY_REGION in params
+    if has_data + has_binary + has_shm != 1:
+        msg = (
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But"
+        )
+        if not (has_data or has_binary or has_shm):
+            msg += " no field is set"
+        else:
+            msg += " set" + "".join(
+                f" '{f}'"
+                for f, on in (
+                    ("data", has_data),
+                    (BINARY_DATA_SIZE, has_binary),
+                    (SHARED_MEMORY_REGION, has_shm),
+                )
+                if on
+            )
+        raise InvalidArgument(f"{msg} for input '{name}'")
+    if has_shm:
+        raise InvalidArgument(
+            f"input '{name}' refers to shared memory region '{params[SHARED_MEMORY_REGION]}', but shared "
+            "memory is not supported by this server"
+        )
+
+    if has_binary:
+        size = params[BINARY_DATA_SIZE]
+        if not _is_uint(size):
+            raise InvalidArgument(
+                f"Unable to parse 'binary_data_size': expected a non-negative integer for input '{name}'"
+            )
+        end = offset + size
+        if end > len(mv):
+            raise InvalidArgument(
+                f"unexpected size for input '{name}', expecting {end - len(mv)} additional bytes for "
+                f"model '{model_name}'"
+            )
+        data = tensor_codec.array_from_bytes(name, datatype, shape, mv[offset:end])
+        offset = end
+        params = {k: v for k, v in params.items() if k != BINARY_DATA_SIZE}
+    else:
+        data = tensor_codec.array_from_list(name, datatype, shape, item["data"])
+
+    return InferTensor(name=name, datatype=datatype, shape=tuple(shape), data=data, parameters=params), offset
+
+
+def _decode_output(item: object) -> RequestedOutput:
+    if not isinstance(item, dict):
+        raise InvalidArgument("Unable to parse 'outputs': each output must be a JSON object")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgument("Unable to parse 'name': each requested output needs a string 'name'")
+    params = _parse_params(item.get("parameters"), f"output '{name}'")
+    if BINARY_DATA in params and not isinstance(params[BINARY_DATA], bool):
+        raise InvalidArgument(f"Unable to parse 'binary_data': expected a boolean for output '{name}'")
+    if CLASSIFICATION in params and not _is_uint(params[CLASSIFICATION]):
+        raise InvalidArgument(f"Unable to parse 'classification': expected a non-negative integer for output '{name}'")
+    if SHARED_MEMORY_REGION in params:
+        raise InvalidArgument(
+            f"output '{name}' refers to shared memory region '{params[SHARED_MEMORY_REGION]}', but shared "
+            "memory is not supported by this server"
+        )
+    return RequestedOutput(name=name, parameters=params)
+
+
+def _raw_request(mv: memoryview, model_name: str, model_version: str, sig: ModelSignature) -> InferRequest:
+    """The whole body is the one input's data; every output goes back binary."""
+    if len(sig.inputs) != 1:
+        raise InvalidArgument(
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(sig.inputs)} inputs "
+            f"in '{sig.name}' model configuration"
+        )
+    spec = next(iter(sig.inputs.values()))
+    dims = list(spec.dims)
+    shape = [1] if sig.max_batch_size > 0 else []
+    if spec.datatype.itemsize == 0:
+        if WILDCARD_DIM in dims or math.prod(dims) != 1:
+            raise InvalidArgument("For BYTE datatype raw input, the model must have input shape [1]")
+        data = np.empty(1, dtype=object)
+        data[0] = bytes(mv)
+        shape += dims
+        data = data.reshape(shape)
+    else:
+        variable = [i for i, d in enumerate(dims) if d == WILDCARD_DIM]
+        if len(variable) > 1:
+            raise InvalidArgument(
+                f"The shape of the raw input '{spec.name}' can not be deduced because there are more than "
+                "one variable-sized dimension"
+            )
+        if variable:
+            per_row = math.prod(d for d in dims if d != WILDCARD_DIM) * spec.datatype.itemsize
+            dims[variable[0]] = len(mv) // per_row if per_row else 0
+        shape += dims
+        data = tensor_codec.array_from_bytes(spec.name, spec.datatype.wire_name, shape, mv)
+    tensor = InferTensor(name=spec.name, datatype=spec.datatype.wire_name, shape=tuple(shape), data=data)
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        inputs=[tensor],
+        parameters={BINARY_DATA_OUTPUT: True},
+    )
+
+
+# --------------------------------------------------------------------------- response
+
+
+def encode_infer_response(
+    response: InferResponse, request: InferRequest
+) -> tuple[bytes | list[bytes | memoryview], int | None]:
+    """Encode ``response`` for ``request``: ``(body, header_length)``.
+
+    With no binary output the body is one ``bytes`` of JSON and the header
+    length is ``None`` (send no ``Inference-Header-Content-Length``).  Otherwise
+    the body is a list of chunks, JSON first, then each binary output's bytes
+    in output order, and the header length is the JSON's size.
+
+    An output is binary when its requested output says ``binary_data: true``,
+    or, lacking that, when the request says ``binary_data_output: true`` (a raw
+    binary request does).  Outputs are encoded as listed in ``response``; the
+    caller decides which outputs it holds.
+
+    JSON ``data`` is the flattened row-major list.  BYTES elements must be
+    valid UTF-8 to go as JSON strings: an element that is not fails the request
+    with InvalidArgument telling the client to ask for binary data, rather than
+    altering the bytes or emitting invalid JSON.  BF16 cannot go as JSON
+    (InvalidArgument, as in Triton).
+    """
+    default_binary = request.parameters.get(BINARY_DATA_OUTPUT) is True
+    per_output: dict[str, object] = {o.name: o.parameters.get(BINARY_DATA) for o in request.outputs}
+
+    outputs_json: list[dict[str, object]] = []
+    chunks: list[bytes | memoryview] = []
+    for t in response.outputs:
+        flag = per_output.get(t.name)
+        binary = flag if isinstance(flag, bool) else default_binary
+        shape = [int(d) for d in t.shape]
+        if math.prod(shape) != np.size(t.data):
+            raise InternalError(f"output tensor shape does not match size of output for '{t.name}'")
+        entry: dict[str, object] = {"name": t.name, "datatype": t.datatype, "shape": shape}
+        if binary:
+            raw = tensor_codec.array_to_bytes(t.datatype, t.data)
+            entry["parameters"] = {BINARY_DATA_SIZE: len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = _json_data(t)
+        outputs_json.append(entry)
+
+    doc: dict[str, object] = {"model_name": response.model_name, "model_version": str(response.model_version)}
+    if request.id:
+        doc["id"] = response.id or request.id
+    if response.parameters:
+        doc["parameters"] = {k: _plain(v) for k, v in response.parameters.items()}
+    doc["outputs"] = outputs_json
+
+    header = json.dumps(doc, separators=(",", ":")).encode("ascii")
+    if chunks:
+        return [header, *chunks], len(header)
+    return header, None
+
+
+def _plain(value: object) -> object:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _json_data(t: InferTensor) -> list:
+    dt = datatypes.from_wire(t.datatype)
+    arr = np.asarray(t.data)
+    if dt.wire_name == "BF16":
+        raise InvalidArgument(
+            "sending BF16 data via JSON is not supported. Please use the binary data format for output"
+        )
+    if dt.itemsize == 0:
+        out: list[str] = []
+        append = out.append
+        for v in arr.reshape(-1).tolist():
+            if isinstance(v, (bytes, bytearray)):
+                try:
+                    append(v.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise InvalidArgument(
+                        f"output '{t.name}' holds BYTES that are not valid UTF-8 and cannot be returned as "
+                        "JSON; request it as binary data (binary_data: true)"
+                    ) from None
+            else:
+                append(v if isinstance(v, str) else str(v))
+        return out
+    if dt.wire_name == "BOOL":
+        if arr.dtype != np.bool_:
+            arr = arr != 0
+    elif arr.dtype != dt.numpy:
+        arr = arr.astype(dt.numpy)
+    return arr.reshape(-1).tolist()
+
+
+def error_body(message: str) -> bytes:
+    """The JSON body of an error response: ``{"error": message}``."""
+    return json.dumps({"error": message}, separators=(",", ":")).encode("ascii")

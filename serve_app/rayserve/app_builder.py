@@ -1,0 +1,90 @@
+"""Model repository → one Serve application: a gateway plus a deployment per
+(model version, instance group)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from serve_app.errors import ServeError
+from serve_app.placement import ClusterGpus, plan_replicas
+from serve_app.rayserve.gateway import GatewaySpec, ServedVersion
+from serve_app.repository import ModelRepository
+from serve_app.settings import ServerSettings
+
+logger = logging.getLogger("serve_app")
+
+# Our replicas never block their event loop (models run in an executor thread),
+# so Serve can run user code and the handle router on the replica's main loop
+# and skip two cross-thread hand-offs per call.
+REPLICA_ENV = {
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+}
+
+
+def deployment_name(model: str, version: int, group: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+    return f"{safe}.v{version}.g{group}"
+
+
+def cluster_gpus() -> ClusterGpus:
+    import ray
+
+    return ClusterGpus(total=int(ray.cluster_resources().get("GPU", 0)))
+
+
+def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = None, report: Any = print) -> Any:
+    from ray import serve
+
+    from serve_app.rayserve.gateway import Gateway
+    from serve_app.rayserve.model_deployment import ModelReplica
+
+    gpus = gpus if gpus is not None else cluster_gpus()
+    repo = ModelRepository(settings.model_repository)
+    served: list[ServedVersion] = []
+    failed: list[tuple[str, str]] = []
+    bound: dict[str, Any] = {}
+    for name, source in repo.load_all().items():
+        if isinstance(source, ServeError):
+            report(f"model '{name}': failed to load: {source.message}")
+            failed.append((name, source.message))
+            continue
+        try:
+            groups = plan_replicas(source.config, gpus, cpus_per_instance=settings.instance_cpus)
+        except ServeError as exc:
+            report(f"model '{name}': failed to load: {exc.message}")
+            failed.append((name, exc.message))
+            continue
+        config_bytes = source.config.SerializeToString()
+        for version, model_file in source.versions.items():
+            names = []
+            for idx, group in enumerate(groups):
+                dname = deployment_name(name, version, idx)
+                names.append(dname)
+                bound[dname] = (
+                    serve.deployment(ModelReplica)
+                    .options(
+                        name=dname,
+                        num_replicas=group.num_replicas,
+                        max_ongoing_requests=max(8, settings.max_inflight_per_deployment * 4),
+                        ray_actor_options={
+                            "num_cpus": group.num_cpus,
+                            "num_gpus": group.num_gpus,
+                            "runtime_env": {"env_vars": REPLICA_ENV},
+                        },
+                    )
+                    .bind(name, version, config_bytes, str(model_file), group.kind)
+                )
+            served.append(ServedVersion(name, version, config_bytes, tuple(names)))
+            kinds = ", ".join(f"{g.num_replicas}x {g.kind}" for g in groups)
+            report(f"model '{name}' version {version}: deploying ({kinds})")
+    spec = GatewaySpec(settings=settings, served=tuple(served), failed=tuple(failed))
+    gateway = serve.deployment(Gateway).options(
+        name="gateway",
+        num_replicas=settings.gateway_replicas,
+        max_ongoing_requests=1000,
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": REPLICA_ENV}},
+    )
+    return gateway.bind(spec, bound)

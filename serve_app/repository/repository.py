@@ -1,0 +1,181 @@
+"""A Triton model repository on local disk.
+
+Layout, as in Triton::
+
+    <root>/<model>/config.pbtxt               optional; generated when missing
+    <root>/<model>/<version>/<model file>     version: a positive integer
+
+Anything else in a model directory is ignored, as are hidden directories.
+Loading a model reads its config, completes and validates it, and picks the
+served versions; nothing here imports a framework beyond ONNX Runtime's reader.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from serve_app.config import (
+    ENSEMBLE_PLATFORM,
+    autocomplete_config,
+    default_model_filename,
+    parse_config,
+    validate_config,
+    validate_model_filename,
+    validate_platform,
+)
+from serve_app.config.autocomplete import MODEL_FILENAMES
+from serve_app.config.pbtxt import config_error
+from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, as_serve_error
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.repository.version_policy import select_versions
+
+CONFIG_FILENAME = "config.pbtxt"
+_MAX_VERSION = 2**63 - 1  # versions are int64 on the wire
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Everything needed to deploy one model, read from its directory."""
+
+    name: str
+    directory: Path
+    config: mc.ModelConfig  # completed and validated
+    # Served versions (after the version policy) -> model file; for an
+    # ensemble, which has no file, the version directory.
+    versions: dict[int, Path]
+
+
+class ModelRepository:
+    """Reads model directories under ``root``; holds no state between calls, so
+    a poll sees the disk as it is now."""
+
+    def __init__(self, root: str | Path) -> None:
+        self._root = Path(root)
+        if not self._root.is_dir():
+            raise NotFound(f"model repository '{root}' does not exist or is not a directory")
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def model_names(self) -> list[str]:
+        """The model directory names, sorted; hidden directories and files are skipped."""
+        try:
+            entries = list(self._root.iterdir())
+        except OSError as exc:
+            raise InternalError(f"failed to poll from model repository '{self._root}': {exc}") from None
+        return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+
+    def load(self, name: str) -> ModelSource:
+        """Parse, complete and validate model ``name``; raise a ServeError saying why not."""
+        directory = self._model_dir(name)
+        try:
+            return self._load(name, directory)
+        except OSError as exc:
+            raise InternalError(f"model '{name}': failed to read '{directory}': {exc}") from None
+
+    def load_all(self) -> dict[str, ModelSource | ServeError]:
+        """Every model in the repository; one that fails doesn't stop the others."""
+        results: dict[str, ModelSource | ServeError] = {}
+        for name in self.model_names():
+            try:
+                results[name] = self.load(name)
+            except Exception as exc:
+                results[name] = as_serve_error(exc)
+        return results
+
+    def _model_dir(self, name: str) -> Path:
+        """The directory of ``name``, which must be a plain name inside the root."""
+        separators = {"/", "\\", os.sep, os.altsep} - {None}
+        if (
+            not name
+            or name in (".", "..")
+            or "\x00" in name
+            or any(sep in name for sep in separators)
+            or Path(name).is_absolute()
+        ):
+            raise InvalidArgument(f"invalid model name {name!r}: must be a directory name in the model repository")
+        directory = self._root / name
+        if name.startswith(".") or not directory.is_dir():
+            raise NotFound(
+                f"model '{name}': failed to poll from model repository '{self._root}': no such model directory"
+            )
+        return directory
+
+    def _load(self, name: str, directory: Path) -> ModelSource:
+        config_path = directory / CONFIG_FILENAME
+        has_config = config_path.is_file()
+        # The file messages name: config.pbtxt, else (generated config) the model file.
+        where = str(config_path if has_config else directory)
+        text = _read_text(config_path, name) if has_config else ""
+        config = parse_config(text, model=name, path=where)
+        if config.platform or config.backend:
+            validate_platform(config, model=name, path=where)
+        validate_model_filename(config, model=name, path=where)
+
+        available = _version_dirs(directory)
+        if not available:
+            raise config_error(
+                name,
+                str(directory),
+                "no version directories: each version lives in a numbered subdirectory (1/, 2/, ...)",
+            )
+        served = select_versions(config, list(available))
+        if not served:
+            raise config_error(
+                name,
+                where,
+                f"version_policy: no available version is served by the policy (available: {sorted(available)})",
+            )
+
+        model_file: Path | None = None
+        if config.platform == ENSEMBLE_PLATFORM:
+            versions = {v: available[v] for v in served}
+        else:
+            filename = default_model_filename(config) or _probe_model_file(name, available[served[-1]])
+            versions = {}
+            for version in served:
+                path = available[version] / filename
+                if not path.exists():
+                    raise config_error(name, str(path), f"version {version}: model file not found")
+                versions[version] = path
+            model_file = versions[served[-1]]
+            if not has_config:
+                where = str(model_file)
+
+        completed = autocomplete_config(config, model=name, model_dir=directory, model_file=model_file)
+        validate_config(completed, model=name, path=where)
+        return ModelSource(name=name, directory=directory, config=completed, versions=versions)
+
+
+def _read_text(path: Path, model: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise config_error(model, str(path), f"not UTF-8 text: {exc}") from None
+
+
+def _version_dirs(directory: Path) -> dict[int, Path]:
+    """Numbered subdirectories; other entries (and version 0) are ignored."""
+    versions: dict[int, Path] = {}
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if name.isascii() and name.isdigit() and 0 < int(name) <= _MAX_VERSION and entry.is_dir():
+            versions.setdefault(int(name), entry)
+    return versions
+
+
+def _probe_model_file(model: str, version_dir: Path) -> str:
+    """With no platform, backend or file name configured, the platform's default
+    file name that the version directory holds (as Triton looks for them)."""
+    for filename in MODEL_FILENAMES.values():
+        if (version_dir / filename).exists():
+            return filename
+    names = ", ".join(MODEL_FILENAMES.values())
+    raise config_error(
+        model,
+        str(version_dir),
+        f"platform: the config gives no 'platform' or 'backend' and the version directory holds none of {names}",
+    )

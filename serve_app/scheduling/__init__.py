@@ -1,0 +1,1 @@
+"""Scheduling decisions in plain code; asyncio and Ray only drive them."""

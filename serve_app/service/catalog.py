@@ -1,0 +1,86 @@
+"""What the server serves: every model, its versions, their state and config."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from serve_app.errors import InvalidArgument, NotFound, Unavailable
+from serve_app.inference.signature import ModelSignature
+from serve_app.protos import model_config_pb2 as mc
+
+
+class ModelState(enum.Enum):
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass(slots=True)
+class ModelVersionEntry:
+    name: str
+    version: int
+    config: mc.ModelConfig
+    signature: ModelSignature
+    state: ModelState = ModelState.READY
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class FailedModel:
+    name: str
+    reason: str
+    version: int | None = None
+
+
+class ModelCatalog:
+    """Models by name and version; resolves requests like Triton does."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, dict[int, ModelVersionEntry]] = {}
+        self._failed: dict[str, FailedModel] = {}
+
+    def add(self, entry: ModelVersionEntry) -> None:
+        self._models.setdefault(entry.name, {})[entry.version] = entry
+        self._failed.pop(entry.name, None)
+
+    def add_failed(self, failed: FailedModel) -> None:
+        self._failed[failed.name] = failed
+
+    def names(self) -> list[str]:
+        return sorted(set(self._models) | set(self._failed))
+
+    def versions(self, name: str) -> list[ModelVersionEntry]:
+        return [v for _, v in sorted(self._models.get(name, {}).items())]
+
+    def failed(self, name: str) -> FailedModel | None:
+        return self._failed.get(name)
+
+    def all_entries(self) -> list[ModelVersionEntry]:
+        return [e for n in sorted(self._models) for e in self.versions(n)]
+
+    def resolve(self, name: str, version: str = "") -> ModelVersionEntry:
+        """The entry a request names; an empty version is the newest served one."""
+        versions = self._models.get(name)
+        if not versions:
+            failed = self._failed.get(name)
+            if failed is not None:
+                raise Unavailable(f"Request for unknown model: '{name}' has no available versions: {failed.reason}")
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            return versions[max(versions)]
+        try:
+            number = int(version)
+        except ValueError:
+            raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'") from None
+        entry = versions.get(number)
+        if entry is None:
+            raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+        return entry
+
+    def resolve_ready(self, name: str, version: str = "") -> ModelVersionEntry:
+        entry = self.resolve(name, version)
+        if entry.state is not ModelState.READY:
+            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
+        return entry

@@ -1,0 +1,131 @@
+"""InferenceService: health, metadata, config, statistics and infer for both protocols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from serve_app.inference.signature import ModelSignature
+from serve_app.inference.types import InferRequest, InferResponse
+from serve_app.inference.validate import validate_request
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
+
+EXTENSIONS: tuple[str, ...] = ("binary_tensor_data", "model_configuration", "parameters")
+
+
+class ModelExecutor(Protocol):
+    """Where validated requests run: in process (tests, dev) or on Ray replicas."""
+
+    async def infer(self, entry: ModelVersionEntry, request: InferRequest) -> InferResponse: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+def _tensor_metadata(sig: ModelSignature, outputs: bool) -> list[TensorMetadata]:
+    specs = sig.outputs if outputs else sig.inputs
+    return [TensorMetadata(s.name, s.datatype.wire_name, sig.full_shape(s)) for s in specs.values()]
+
+
+class InferenceService:
+    def __init__(
+        self,
+        catalog: ModelCatalog,
+        executor: ModelExecutor,
+        *,
+        server_name: str = "serve_app",
+        server_version: str = "0.1.0",
+        extensions: tuple[str, ...] = EXTENSIONS,
+    ) -> None:
+        self.catalog = catalog
+        self.executor = executor
+        self._metadata = ServerMetadata(server_name, server_version, list(extensions))
+        self.accepting = True
+
+    # -- health --------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Ready while accepting and no served model is still loading."""
+        return self.accepting and all(e.state is not ModelState.LOADING for e in self.catalog.all_entries())
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            return self.catalog.resolve(name, version).state is ModelState.READY
+        except Exception:
+            return False
+
+    # -- metadata ------------------------------------------------------------
+    def server_metadata(self) -> ServerMetadata:
+        return self._metadata
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        entry = self.catalog.resolve(name, version)
+        versions = [str(e.version) for e in self.catalog.versions(name)] if not version else [str(entry.version)]
+        sig = entry.signature
+        return ModelMetadata(
+            name=name,
+            versions=versions,
+            platform=entry.config.platform,
+            inputs=_tensor_metadata(sig, outputs=False),
+            outputs=_tensor_metadata(sig, outputs=True),
+        )
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return self.catalog.resolve(name, version).config
+
+    def signature(self, name: str, version: str = "") -> ModelSignature:
+        return self.catalog.resolve_ready(name, version).signature
+
+    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        out: list[IndexEntry] = []
+        for name in self.catalog.names():
+            entries = self.catalog.versions(name)
+            failed = self.catalog.failed(name)
+            if not entries and failed is not None:
+                if not ready_only:
+                    version = "" if failed.version is None else str(failed.version)
+                    out.append(IndexEntry(name, version, ModelState.UNAVAILABLE.value, failed.reason))
+                continue
+            for e in entries:
+                if ready_only and e.state is not ModelState.READY:
+                    continue
+                out.append(IndexEntry(name, str(e.version), e.state.value, e.reason))
+        return out
+
+    # -- inference -----------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        entry = self.catalog.resolve_ready(request.model_name, request.model_version)
+        validate_request(request, entry.signature)
+        request.model_version = str(entry.version)
+        return await self.executor.infer(entry, request)

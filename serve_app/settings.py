@@ -1,0 +1,51 @@
+"""Server settings shared by the CLI, the `serve run` builder and the configs/ file."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from serve_app.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    model_repository: str
+    host: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    # Gateway replicas (our HTTP/gRPC front end); they share the ports with SO_REUSEPORT.
+    gateway_replicas: int = 1
+    # Logical CPUs each KIND_CPU/KIND_GPU model instance reserves in Ray.
+    instance_cpus: float = 1.0
+    # Ray calls in flight per model deployment per gateway; more requests wait and share the next call.
+    max_inflight_per_deployment: int = 2
+    # Name of the Serve application.
+    app_name: str = "serve_app"
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> ServerSettings:
+        """From `serve run` key=value args or a config file's `args` (strings are converted)."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(args) - set(known))
+        if unknown:
+            raise InvalidArgument(f"unknown serve_app argument(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        if "model_repository" not in args:
+            raise InvalidArgument("serve_app needs model_repository=<path to a Triton model repository>")
+        values: dict[str, Any] = {}
+        for key, raw in args.items():
+            kind = known[key].type
+            try:
+                if kind in ("int", int):
+                    values[key] = int(raw)
+                elif kind in ("float", float):
+                    values[key] = float(raw)
+                else:
+                    values[key] = str(raw)
+            except (TypeError, ValueError):
+                raise InvalidArgument(f"serve_app argument {key}={raw!r} is not a valid {kind}") from None
+        return cls(**values)
+
+    def to_args(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,94 @@
+"""One real server for the whole e2e session: `python -m serve_app` with real Ray on free ports."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import example_models
+import pytest
+
+from tests.e2e.models import identity_all
+
+STARTUP_TIMEOUT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Server:
+    http_url: str  # host:port, as tritonclient wants it
+    grpc_url: str
+    repo: pathlib.Path
+    proc: subprocess.Popen[bytes]
+    log: pathlib.Path
+
+
+def build_repository(repo: pathlib.Path) -> None:
+    example_models.add_sub(repo)
+    example_models.identity(repo, "FP32")  # single input: the raw binary request
+    example_models.identity(repo, "BYTES")
+    identity_all(repo)
+    example_models.no_config_onnx(repo, "generated")
+    # three versions, policy serves the latest two
+    example_models.add_sub(
+        repo, name="versioned", versions=(1, 2, 3), extra_config="version_policy: { latest { num_versions: 2 } }\n"
+    )
+    broken = repo / "broken"
+    (broken / "1").mkdir(parents=True)
+    (broken / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
+
+
+def _ready(http_url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repo = tmp_path_factory.mktemp("model_repository")
+    build_repository(repo)
+    http_port, grpc_port = free_port(), free_port()
+    log = tmp_path_factory.mktemp("server_log") / "server.log"
+    env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1")
+    cmd = [
+        sys.executable, "-m", "serve_app",
+        "--model-repository", str(repo),
+        "--host", "127.0.0.1",
+        "--http-port", str(http_port),
+        "--grpc-port", str(grpc_port),
+        "--num-cpus", "8",
+        "--instance-cpus", "0.5",
+        "--object-store-memory", str(256 * 1024 * 1024),
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    http_url, grpc_url = f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not (_ready(http_url) and b"serve_app ready" in log.read_bytes()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"server did not start:\n{log.read_text()[-5000:]}")
+        time.sleep(0.5)
+    yield Server(http_url, grpc_url, repo, proc, log)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,53 @@
+"""Test-only models built with onnx.helper (no downloads)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import onnx
+from onnx import TensorProto, helper
+
+# wire name -> ONNX element type; every datatype ONNX Identity runs in onnxruntime.
+IDENTITY_TYPES: dict[str, int] = {
+    "BOOL": TensorProto.BOOL,
+    "UINT8": TensorProto.UINT8,
+    "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32,
+    "UINT64": TensorProto.UINT64,
+    "INT8": TensorProto.INT8,
+    "INT16": TensorProto.INT16,
+    "INT32": TensorProto.INT32,
+    "INT64": TensorProto.INT64,
+    "FP16": TensorProto.FLOAT16,
+    "FP32": TensorProto.FLOAT,
+    "FP64": TensorProto.DOUBLE,
+    "BYTES": TensorProto.STRING,
+}
+
+
+def _config_type(wire: str) -> str:
+    return "TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}"
+
+
+def identity_all(repo: pathlib.Path, name: str = "identity_all", max_batch_size: int = 8) -> pathlib.Path:
+    """One model with IN_<T> -> OUT_<T> for every datatype, so one replica covers them all."""
+    inputs, outputs, nodes, cfg_in, cfg_out = [], [], [], [], []
+    for wire, et in IDENTITY_TYPES.items():
+        shape = ["batch", "n"] if max_batch_size > 0 else ["n"]
+        inputs.append(helper.make_tensor_value_info(f"IN_{wire}", et, shape))
+        outputs.append(helper.make_tensor_value_info(f"OUT_{wire}", et, shape))
+        nodes.append(helper.make_node("Identity", [f"IN_{wire}"], [f"OUT_{wire}"]))
+        cfg_in.append(f'  {{ name: "IN_{wire}" data_type: {_config_type(wire)} dims: [ -1 ] }}')
+        cfg_out.append(f'  {{ name: "OUT_{wire}" data_type: {_config_type(wire)} dims: [ -1 ] }}')
+    graph = helper.make_graph(nodes, name, inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    onnx.save(model, str(d / "1" / "model.onnx"))
+    ins, outs = ",\n".join(cfg_in), ",\n".join(cfg_out)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch_size}\n'
+        f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
+    )
+    return d
