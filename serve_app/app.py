@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 from serve_app.settings import ServerSettings
@@ -18,13 +20,26 @@ def ensure_serve_started(settings: ServerSettings) -> None:
     from ray import serve
 
     if not ray.is_initialized():
-        ray.init(namespace="serve", log_to_driver=True)
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, namespace="serve")
+        else:
+            # A local Ray for `serve run`: instances share the cores, as in Triton.
+            ray.init(namespace="serve", num_cpus=local_num_cpus())
     serve.start(proxy_location="Disabled")
+
+
+def local_num_cpus() -> int:
+    """Logical CPUs for a Ray we start here: every instance reserves some, none pins a core."""
+    return max(os.cpu_count() or 1, 16)
 
 
 def build_app(args: dict[str, Any]) -> Any:
     from serve_app.rayserve.app_builder import build_application
 
     settings = ServerSettings.from_args(args)
+    if not os.path.isabs(settings.model_repository):
+        # Relative to where `serve run` was started; config files should use absolute paths.
+        settings = dataclasses.replace(settings, model_repository=os.path.abspath(settings.model_repository))
     ensure_serve_started(settings)
     return build_application(settings)

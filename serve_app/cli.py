@@ -58,12 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
+    from serve_app.app import local_num_cpus
     from serve_app.rayserve.app_builder import build_application
 
     started_ray = ns.address is None
     if started_ray:
         ray.init(
-            num_cpus=ns.num_cpus or max(os.cpu_count() or 1, 16),
+            num_cpus=ns.num_cpus or local_num_cpus(),
             include_dashboard=ns.dashboard,
             object_store_memory=ns.object_store_memory,
             namespace="serve",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,7 @@ def build_repository(repo: pathlib.Path) -> None:
     )
     broken = repo / "broken"
     (broken / "1").mkdir(parents=True)
+    shutil.copy(repo / "add_sub" / "1" / "model.onnx", broken / "1" / "model.onnx")
     (broken / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
 
 

@@ -51,3 +51,8 @@ def identity_all(repo: pathlib.Path, name: str = "identity_all", max_batch_size:
         f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
     )
     return d
+
+
+def as_bytes(x: object) -> bytes:
+    """tritonclient returns BYTES elements as str when they came as JSON."""
+    return x.encode() if isinstance(x, str) else bytes(x)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server
-from tests.e2e.models import IDENTITY_TYPES
+from tests.e2e.models import IDENTITY_TYPES, as_bytes
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +76,7 @@ def test_every_datatype(client: grpcclient.InferenceServerClient) -> None:
     for wire, arr in arrays.items():
         got = result.as_numpy(f"OUT_{wire}")
         if wire == "BYTES":
-            assert [bytes(x) for x in got.ravel()] == list(arr.ravel())
+            assert [as_bytes(x) for x in got.ravel()] == list(arr.ravel())
         else:
             np.testing.assert_array_equal(got, arr, err_msg=wire)
 

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from tests.e2e.conftest import Server
-from tests.e2e.models import IDENTITY_TYPES
+from tests.e2e.models import IDENTITY_TYPES, as_bytes
 
 pytestmark = pytest.mark.e2e
 
@@ -107,7 +107,7 @@ def test_every_datatype_round_trips(client: httpclient.InferenceServerClient, bi
         assert got is not None, wire
         assert got.shape == arr.shape, wire
         if wire == "BYTES":
-            assert [bytes(x) for x in got.ravel()] == list(arr.ravel())
+            assert [as_bytes(x) for x in got.ravel()] == list(arr.ravel())
         else:
             np.testing.assert_array_equal(got, arr, err_msg=wire)
 
@@ -150,7 +150,7 @@ def test_bytes_model_over_json(client: httpclient.InferenceServerClient) -> None
     result = client.infer(
         "identity_bytes", [inp], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)]
     )
-    assert [bytes(x) for x in result.as_numpy("OUTPUT0").ravel()] == [b"abc", b"de"]
+    assert [as_bytes(x) for x in result.as_numpy("OUTPUT0").ravel()] == [b"abc", b"de"]
 
 
 def test_generated_config(client: httpclient.InferenceServerClient) -> None:
