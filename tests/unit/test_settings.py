@@ -1,0 +1,46 @@
+"""Server settings from `serve run` args and configs/, and the shipped config file."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+from serve_app.errors import InvalidArgument
+from serve_app.settings import ServerSettings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_from_args_converts_strings() -> None:
+    s = ServerSettings.from_args({"model_repository": "/m", "http_port": "9000", "instance_cpus": "0.5"})
+    assert (s.http_port, s.instance_cpus, s.grpc_port) == (9000, 0.5, 8001)
+
+
+def test_from_args_requires_repository() -> None:
+    with pytest.raises(InvalidArgument, match="model_repository"):
+        ServerSettings.from_args({})
+
+
+def test_from_args_rejects_unknown_and_bad_values() -> None:
+    with pytest.raises(InvalidArgument, match="unknown serve_app argument"):
+        ServerSettings.from_args({"model_repository": "/m", "htp_port": 1})
+    with pytest.raises(InvalidArgument, match="http_port"):
+        ServerSettings.from_args({"model_repository": "/m", "http_port": "eighty"})
+
+
+def test_round_trip() -> None:
+    s = ServerSettings(model_repository="/m", gateway_replicas=2)
+    assert ServerSettings.from_args(s.to_args()) == s
+
+
+def test_shipped_serve_config_is_valid() -> None:
+    schema = pytest.importorskip("ray.serve.schema")
+    raw = yaml.safe_load((ROOT / "configs" / "serve_app.yaml").read_text())
+    config = schema.ServeDeploySchema.model_validate(raw)
+    assert config.proxy_location.value == "Disabled"
+    (app,) = config.applications
+    assert app.import_path == "serve_app.app:build_app"
+    settings = ServerSettings.from_args(app.args)
+    assert settings.http_port == 8000 and settings.grpc_port == 8001
