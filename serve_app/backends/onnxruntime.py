@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from serve_app.backends.base import Backend, BackendContext
-from serve_app.errors import InternalError, InvalidConfig
+from serve_app.errors import InternalError, InvalidArgument, InvalidConfig
 
 
 def _graph_level(ort: Any, level: int) -> Any:
@@ -57,6 +57,17 @@ def providers(ort: Any, ctx: BackendContext) -> list[Any]:
     return ["CPUExecutionProvider"]
 
 
+def _utf8_strings(name: str, arr: np.ndarray) -> np.ndarray:
+    """ORT's Python API takes only str elements; refuse bytes it would alter."""
+    try:
+        values = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr.ravel()]
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"input '{name}' holds BYTES that are not valid UTF-8; ONNX Runtime string tensors need UTF-8 text"
+        ) from None
+    return np.array(values, dtype=object).reshape(arr.shape)
+
+
 class OnnxRuntimeBackend(Backend):
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)
@@ -77,11 +88,7 @@ class OnnxRuntimeBackend(Backend):
         feed: dict[str, np.ndarray] = {}
         for name, arr in inputs.items():
             if name in self._string_inputs:
-                # ORT wants Python str elements; the wire gives bytes.
-                arr = np.array(
-                    [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in arr.ravel()],
-                    dtype=object,
-                ).reshape(arr.shape)
+                arr = _utf8_strings(name, arr)
             feed[name] = arr
         try:
             results = self._session.run(output_names, feed)

@@ -61,9 +61,11 @@ class InferenceServicer:
         for name in names:
             entries = (
                 [self.service.catalog.resolve(name, request.version)]
-                if request.name
+                if request.version
                 else self.service.catalog.versions(name)
             )
+            if not entries and request.name:
+                self.service.catalog.resolve(name)  # raises the not-found / unavailable error
             for e in entries:
                 resp.model_stats.add(name=e.name, version=str(e.version))
         return resp
@@ -75,6 +77,8 @@ class InferenceServicer:
         return resp
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        # Resolve the model first, as HTTP does, so both protocols report the same error.
+        self.service.signature(request.model_name, request.model_version)
         req = grpc_codec.decode_model_infer_request(request)
         resp = await self.service.infer(req)
         return grpc_codec.encode_model_infer_response(resp)
@@ -85,6 +89,7 @@ class InferenceServicer:
         """Each request gets one response, in order; errors travel in-band and keep the stream open."""
         async for request in request_iterator:
             try:
+                self.service.signature(request.model_name, request.model_version)
                 req = grpc_codec.decode_model_infer_request(request)
                 resp = await self.service.infer(req)
                 yield pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))

@@ -101,7 +101,10 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
                 raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
             if not isinstance(obj, dict):
                 raise InvalidArgument("repository index request must be a JSON object")
-            ready_only = bool(obj.get("ready", False))
+            ready = obj.get("ready", False)
+            if not isinstance(ready, bool):
+                raise InvalidArgument("Unable to parse 'ready': expected a boolean")
+            ready_only = ready
         entries = service.repository_index(ready_only)
         out = []
         for e in entries:

@@ -1,0 +1,126 @@
+"""In-process integration: the real repository, backends, service and both front ends, without Ray.
+
+``local_service(repo_dir)`` wires what the Ray gateway wires (catalog + executor)
+but runs every model instance in this process with :class:`LocalModelExecutor`.
+The HTTP app is driven through httpx's ASGI transport; the gRPC server binds a
+free loopback port and is stopped after each test.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import socket
+from collections.abc import AsyncIterator, Iterator
+
+import example_models
+import grpc
+import httpx
+import pytest
+from tritonclient.grpc import service_pb2_grpc
+
+from serve_app.backends import BackendContext
+from serve_app.errors import ServeError
+from serve_app.grpc_server import start_grpc_server
+from serve_app.http_server import build_http_app
+from serve_app.inference.signature import ModelSignature
+from serve_app.repository import ModelRepository
+from serve_app.runtime import ModelInstance
+from serve_app.runtime.local import LocalModelExecutor
+from serve_app.service import InferenceService, ModelCatalog, ModelVersionEntry
+from serve_app.service.catalog import FailedModel
+
+# Models in the shared repository.
+ADD_SUB = "add_sub"  # FP32 [16], max_batch_size 8: OUTPUT0 = a + b, OUTPUT1 = a - b
+IDENTITY_FP32 = "identity_fp32"  # one input: the raw binary request works
+IDENTITY_BYTES = "identity_bytes"
+GENERATED = "generated"  # no config.pbtxt: generated from the ONNX file
+VERSIONED = "versioned"  # versions 1, 2, 3 on disk; the policy serves 2 and 3
+BROKEN = "broken"  # invalid config: listed UNAVAILABLE, nothing served
+
+
+def build_repository(repo: pathlib.Path) -> pathlib.Path:
+    example_models.add_sub(repo, name=ADD_SUB)
+    example_models.identity(repo, "FP32", name=IDENTITY_FP32)
+    example_models.identity(repo, "BYTES", name=IDENTITY_BYTES)
+    example_models.no_config_onnx(repo, GENERATED)
+    example_models.add_sub(
+        repo, name=VERSIONED, versions=(1, 2, 3), extra_config="version_policy: { latest { num_versions: 2 } }"
+    )
+    broken = repo / BROKEN
+    (broken / "1").mkdir(parents=True)
+    shutil.copy(repo / ADD_SUB / "1" / "model.onnx", broken / "1" / "model.onnx")
+    (broken / "config.pbtxt").write_text(f'name: "{BROKEN}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
+    return repo
+
+
+def local_service(
+    repo_dir: str | pathlib.Path, instances: dict[tuple[str, int], ModelInstance] | None = None
+) -> InferenceService:
+    """Load every model of ``repo_dir`` in this process and serve it with an InferenceService.
+
+    ``instances``, when given, is filled with the ModelInstance of each (model, version).
+    """
+    catalog = ModelCatalog()
+    instances = {} if instances is None else instances
+    for name, source in ModelRepository(repo_dir).load_all().items():
+        if isinstance(source, ServeError):
+            catalog.add_failed(FailedModel(name, source.message))
+            continue
+        for version, model_file in source.versions.items():
+            ctx = BackendContext(model_name=name, version=version, config=source.config, model_file=model_file)
+            instances[(name, version)] = ModelInstance(ctx)
+            signature = ModelSignature.from_config(source.config, str(version))
+            catalog.add(ModelVersionEntry(name, version, source.config, signature))
+    return InferenceService(catalog, LocalModelExecutor(instances))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def repo_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return build_repository(tmp_path_factory.mktemp("integration_repo"))
+
+
+@pytest.fixture(scope="session")
+def loaded(repo_dir: pathlib.Path) -> Iterator[tuple[InferenceService, dict[tuple[str, int], ModelInstance]]]:
+    instances: dict[tuple[str, int], ModelInstance] = {}
+    svc = local_service(repo_dir, instances)
+    yield svc, instances
+    for instance in instances.values():
+        instance.close()
+
+
+@pytest.fixture(scope="session")
+def service(loaded: tuple[InferenceService, dict]) -> InferenceService:
+    """One service for the session.  Tests that change it use ``monkeypatch`` so it is restored."""
+    return loaded[0]
+
+
+@pytest.fixture(scope="session")
+def instances(loaded: tuple[InferenceService, dict]) -> dict[tuple[str, int], ModelInstance]:
+    """The in-process ModelInstance of each served (model, version), e.g. to patch a backend."""
+    return loaded[1]
+
+
+@pytest.fixture
+async def http(service: InferenceService) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=build_http_app(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+@pytest.fixture
+async def grpc_stub(service: InferenceService) -> AsyncIterator[service_pb2_grpc.GRPCInferenceServiceStub]:
+    """tritonclient's own stub over a grpc.aio channel to our server on a free port."""
+    port = free_port()
+    server = await start_grpc_server(service, "127.0.0.1", port)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    finally:
+        await server.stop(grace=None)
