@@ -193,9 +193,7 @@ def mlp(
     return _write(repo, name, _model(graph), config, versions)
 
 
-def no_config_onnx(
-    repo: PathLike, name: str, *, dims: int = 16, versions: Sequence[int] = (1,)
-) -> pathlib.Path:
+def no_config_onnx(repo: PathLike, name: str, *, dims: int = 16, versions: Sequence[int] = (1,)) -> pathlib.Path:
     """add_sub (FP32) with no config.pbtxt, to exercise configs generated from the ONNX file.
 
     The batch dim is symbolic (``batch``), so a generated config should set max_batch_size > 0.
@@ -283,9 +281,7 @@ def _unbatched_mlp(graph: onnx.GraphProto, in_dim: int, out_dim: int) -> onnx.Gr
     )
 
 
-def _dynamic_batching(
-    enabled: bool, preferred: Sequence[int] | None, max_queue_delay_us: int | None
-) -> str | None:
+def _dynamic_batching(enabled: bool, preferred: Sequence[int] | None, max_queue_delay_us: int | None) -> str | None:
     if not (enabled or preferred or max_queue_delay_us is not None):
         return None
     lines = []
@@ -318,8 +314,7 @@ def _config(
     extra: str = "",
 ) -> str:
     parts = [
-        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nbackend: "onnxruntime"\n'
-        f"max_batch_size: {max_batch_size}",
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}',
         _io_block("input", inputs),
         _io_block("output", outputs),
     ]

@@ -26,6 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-replicas", type=int, default=1, help="front-end replicas sharing the ports")
     p.add_argument("--instance-cpus", type=float, default=1.0, help="logical CPUs each model instance reserves")
     p.add_argument(
+        "--max-inflight-per-instance",
+        type=int,
+        default=1,
+        help="batches in flight per model instance from each gateway (default 1: a batch is formed only when an "
+        "instance is free, as in Triton; 2 also hides the Ray hop behind the previous execution)",
+    )
+    p.add_argument(
         "--num-cpus",
         type=int,
         default=None,
@@ -45,6 +52,7 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         metrics_port=ns.metrics_port,
         gateway_replicas=ns.gateway_replicas,
         instance_cpus=ns.instance_cpus,
+        max_inflight_per_instance=ns.max_inflight_per_instance,
     )
 
 

@@ -19,8 +19,9 @@ class ServerSettings:
     gateway_replicas: int = 1
     # Logical CPUs each KIND_CPU/KIND_GPU model instance reserves in Ray.
     instance_cpus: float = 1.0
-    # Ray calls in flight per model deployment per gateway; more requests wait and share the next call.
-    max_inflight_per_deployment: int = 2
+    # Calls (batches) in flight per model instance from each gateway.  1 is Triton's rule (a batch is
+    # formed when an instance is free, so batches grow while it works); 2 also hides the Ray hop.
+    max_inflight_per_instance: int = 1
     # Name of the Serve application.
     app_name: str = "serve_app"
 

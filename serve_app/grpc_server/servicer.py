@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from serve_app.errors import ServeError, Unsupported, as_serve_error
-from serve_app.protocol import grpc_codec
+from serve_app.protocol import grpc_codec, stats_codec
 from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
@@ -56,19 +56,7 @@ class InferenceServicer:
         return pb.ModelConfigResponse(config=self.service.model_config(request.name, request.version))
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
-        resp = pb.ModelStatisticsResponse()
-        names = [request.name] if request.name else self.service.catalog.names()
-        for name in names:
-            entries = (
-                [self.service.catalog.resolve(name, request.version)]
-                if request.version
-                else self.service.catalog.versions(name)
-            )
-            if not entries and request.name:
-                self.service.catalog.resolve(name)  # raises the not-found / unavailable error
-            for e in entries:
-                resp.model_stats.add(name=e.name, version=str(e.version))
-        return resp
+        return stats_codec.stats_to_proto(await self.service.model_statistics(request.name, request.version))
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
         resp = pb.RepositoryIndexResponse()

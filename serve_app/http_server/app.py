@@ -18,7 +18,7 @@ from starlette.routing import Route
 from serve_app.config import config_to_json
 from serve_app.errors import InvalidArgument, ServeError, as_serve_error
 from serve_app.inference.types import InferRequest
-from serve_app.protocol import http_codec
+from serve_app.protocol import http_codec, stats_codec
 from serve_app.protocol.status import http_status
 from serve_app.service import InferenceService
 from serve_app.service.inference_service import ModelMetadata
@@ -91,6 +91,11 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
             headers={HEADER_LENGTH: str(json_length)},
         )
 
+    async def model_stats(request: Request) -> Response:
+        name = request.path_params.get("model", "")
+        version = request.path_params.get("version", "")
+        return _json(stats_codec.stats_to_json(await service.model_statistics(name, version)))
+
     async def repository_index(request: Request) -> Response:
         body = await request.body()
         ready_only = False
@@ -135,12 +140,14 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
         Route("/v2/health/ready", guarded(ready), methods=["GET"]),
         Route("/v2", guarded(server_metadata), methods=["GET"]),
         Route("/v2/repository/index", guarded(repository_index), methods=["POST"]),
+        Route("/v2/models/stats", guarded(model_stats), methods=["GET"]),
     ]
     for prefix in (versioned, model):
         routes += [
             Route(f"{prefix}/ready", guarded(model_ready), methods=["GET"]),
             Route(f"{prefix}/config", guarded(model_config), methods=["GET"]),
             Route(f"{prefix}/infer", guarded(infer), methods=["POST"]),
+            Route(f"{prefix}/stats", guarded(model_stats), methods=["GET"]),
             Route(prefix, guarded(model_metadata), methods=["GET"]),
         ]
     routes += extra_routes or []

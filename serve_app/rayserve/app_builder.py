@@ -23,6 +23,9 @@ REPLICA_ENV = {
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
 }
 
+# One access-log line per Ray call costs CPU on the hot path; errors are still logged.
+QUIET_LOGS = {"enable_access_log": False}
+
 
 def deployment_name(model: str, version: int, group: int) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
@@ -68,7 +71,8 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
                     .options(
                         name=dname,
                         num_replicas=group.num_replicas,
-                        max_ongoing_requests=max(8, settings.max_inflight_per_deployment * 4),
+                        max_ongoing_requests=max(8, settings.max_inflight_per_instance * settings.gateway_replicas * 2),
+                        logging_config=QUIET_LOGS,
                         ray_actor_options={
                             "num_cpus": group.num_cpus,
                             "num_gpus": group.num_gpus,
@@ -77,7 +81,8 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
                     )
                     .bind(name, version, config_bytes, str(model_file), group.kind)
                 )
-            served.append(ServedVersion(name, version, config_bytes, tuple(names)))
+            replicas = tuple(g.num_replicas for g in groups)
+            served.append(ServedVersion(name, version, config_bytes, tuple(names), replicas))
             kinds = ", ".join(f"{g.num_replicas}x {g.kind}" for g in groups)
             report(f"model '{name}' version {version}: deploying ({kinds})")
     spec = GatewaySpec(settings=settings, served=tuple(served), failed=tuple(failed))
@@ -85,6 +90,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
         name="gateway",
         num_replicas=settings.gateway_replicas,
         max_ongoing_requests=1000,
+        logging_config=QUIET_LOGS,
         ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": REPLICA_ENV}},
     )
     return gateway.bind(spec, bound)

@@ -1,34 +1,42 @@
-"""ModelExecutor over Ray Serve handles, one coalescer per model deployment."""
+"""ModelExecutor over Ray Serve handles: one call per batch, to the least busy instance group."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from serve_app.errors import InternalError, ServeError
-from serve_app.inference.types import InferRequest, InferResponse
-from serve_app.scheduling.coalescer import Coalescer
+from serve_app.errors import InternalError
+from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.service.catalog import ModelVersionEntry
 
 
+class _Group:
+    """One Serve deployment (an instance group) of a model version."""
+
+    __slots__ = ("inflight", "method", "replicas")
+
+    def __init__(self, handle: Any, replicas: int) -> None:
+        self.method = handle.execute
+        self.replicas = max(1, replicas)
+        self.inflight = 0
+
+
 class RayModelExecutor:
-    def __init__(self, handles: dict[tuple[str, int], list[Any]], *, max_inflight: int) -> None:
-        self._coalescers: dict[tuple[str, int], list[Coalescer[InferRequest, InferResponse]]] = {}
-        for key, hs in handles.items():
-            self._coalescers[key] = [self._make(h, max_inflight) for h in hs]
+    def __init__(self, groups: dict[tuple[str, int], list[tuple[Any, int]]], *, inflight_per_instance: int) -> None:
+        """``groups``: for each (model, version), its deployments' handles and replica counts."""
+        self._groups = {key: [_Group(h, n) for h, n in hs] for key, hs in groups.items()}
+        self._per_instance = max(1, inflight_per_instance)
 
-    @staticmethod
-    def _make(handle: Any, max_inflight: int) -> Coalescer[InferRequest, InferResponse]:
-        method = handle.infer_batch
+    def capacity(self, entry: ModelVersionEntry) -> int:
+        return sum(g.replicas for g in self._groups.get((entry.name, entry.version), ())) * self._per_instance
 
-        async def send(batch: list[InferRequest]) -> list[InferResponse | ServeError]:
-            result: list[InferResponse | ServeError] = await method.remote(batch)
-            return result
-
-        return Coalescer(send, max_inflight=max_inflight)
-
-    async def infer(self, entry: ModelVersionEntry, request: InferRequest) -> InferResponse:
-        group = self._coalescers.get((entry.name, entry.version))
-        if not group:
+    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]:
+        groups = self._groups.get((entry.name, entry.version))
+        if not groups:
             raise InternalError(f"no deployment serves model '{entry.name}' version {entry.version}")
-        target = group[0] if len(group) == 1 else min(group, key=lambda c: c.inflight + c.pending)
-        return await target.submit(request)
+        group = groups[0] if len(groups) == 1 else min(groups, key=lambda g: g.inflight / g.replicas)
+        group.inflight += 1
+        try:
+            result: list[ExecutionResult] = await group.method.remote(executions)
+            return result
+        finally:
+            group.inflight -= 1

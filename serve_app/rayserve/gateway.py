@@ -1,10 +1,11 @@
-"""The gateway deployment: our own HTTP and gRPC servers inside a Serve replica.
+"""The gateway deployment: our own HTTP, gRPC and metrics servers inside a Serve replica.
 
 Ray's HTTP/gRPC proxy would add a Ray hop per request (measured at several
 milliseconds on 2 cores), so the gateway serves the v2 protocols itself on the
-Triton ports (SO_REUSEPORT: several gateway replicas may share them), decodes
-and validates in place, and crosses Ray once per coalesced group of requests to
-the model deployments.  See README, "Architecture".
+Triton ports (SO_REUSEPORT: several gateway replicas may share them), decodes,
+validates and batches in place (each model version's scheduler lives here),
+and crosses Ray once per batch to the model deployments.  See README,
+"Architecture".
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.service import InferenceService, ModelCatalog, ModelState, ModelVersionEntry
 from serve_app.service.catalog import FailedModel
+from serve_app.service.inference_service import StatsKey
 from serve_app.settings import ServerSettings
+from serve_app.stats import ModelStats
 
 logger = logging.getLogger("serve_app")
 
@@ -31,6 +34,7 @@ class ServedVersion:
     version: int
     config_bytes: bytes
     deployments: tuple[str, ...]  # Serve deployment names of its instance groups
+    replicas: tuple[int, ...] = ()  # replicas of each deployment
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +55,22 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _uvicorn(app: Any, sock: socket.socket) -> tuple[Any, asyncio.Task[None]]:
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=60)
+    server = uvicorn.Server(config)
+    return server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+
+
 class Gateway:
     async def __init__(self, spec: GatewaySpec, handles: dict[str, Any]) -> None:
-        import uvicorn
-
         from serve_app.grpc_server import start_grpc_server
-        from serve_app.http_server import build_http_app
+        from serve_app.http_server import build_http_app, build_metrics_app
 
         self.spec = spec
         catalog = ModelCatalog()
-        by_key: dict[tuple[str, int], list[Any]] = {}
+        groups: dict[tuple[str, int], list[tuple[Any, int]]] = {}
         for sv in spec.served:
             config = mc.ModelConfig.FromString(sv.config_bytes)
             catalog.add(
@@ -72,40 +82,58 @@ class Gateway:
                     state=ModelState.LOADING,
                 )
             )
-            by_key[(sv.name, sv.version)] = [handles[d] for d in sv.deployments]
+            replicas = sv.replicas or (1,) * len(sv.deployments)
+            groups[(sv.name, sv.version)] = [(handles[d], n) for d, n in zip(sv.deployments, replicas, strict=True)]
         for name, reason in spec.failed:
             catalog.add_failed(FailedModel(name, reason))
-        self._handles = by_key
+        self._groups = groups
         self.catalog = catalog
-        self.service = InferenceService(
-            catalog,
-            RayModelExecutor(by_key, max_inflight=spec.settings.max_inflight_per_deployment),
-        )
         s = spec.settings
-        self._http_sock = reuse_port_socket(s.host, s.http_port)
-        config = uvicorn.Config(
-            build_http_app(self.service),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_keep_alive=60,
+        self.service = InferenceService(
+            catalog, RayModelExecutor(groups, inflight_per_instance=s.max_inflight_per_instance)
         )
-        self._http = uvicorn.Server(config)
-        self._http_task = asyncio.get_running_loop().create_task(self._http.serve(sockets=[self._http_sock]))
+        if s.gateway_replicas > 1:
+            self.service.stats_source = self._cluster_stats
+        self._http, self._http_task = _uvicorn(build_http_app(self.service), reuse_port_socket(s.host, s.http_port))
+        self._metrics, self._metrics_task = _uvicorn(
+            build_metrics_app(self.service), reuse_port_socket(s.host, s.metrics_port)
+        )
         self._grpc = await start_grpc_server(self.service, s.host, s.grpc_port)
         await self._refresh_states()
 
     async def _refresh_states(self) -> None:
         """Ask each model deployment whether its instances loaded."""
-        for (name, version), hs in self._handles.items():
+        for (name, version), targets in self._groups.items():
             entry = self.catalog.resolve(name, str(version))
             reasons = []
-            for h in hs:
-                ok, reason = await h.status.remote()
+            for handle, _ in targets:
+                ok, reason = await handle.status.remote()
                 if not ok:
                     reasons.append(reason)
             entry.state = ModelState.UNAVAILABLE if reasons else ModelState.READY
             entry.reason = "; ".join(reasons)
+
+    async def _cluster_stats(self) -> dict[StatsKey, ModelStats]:
+        """Every gateway replica's figures, added up: each replica batches its own share of requests."""
+        from ray import serve
+
+        app = self.spec.settings.app_name
+        handle = serve.get_deployment_handle("gateway", app)
+        parts = await handle.broadcast("local_stats").results_async(return_exceptions=True)
+        total: dict[StatsKey, ModelStats] = {}
+        for part in parts:
+            if isinstance(part, BaseException):
+                logger.warning("statistics of a gateway replica are missing: %s", part)
+                continue
+            for key, stats in part.items():
+                if key in total:
+                    total[key].merge(stats)
+                else:
+                    total[key] = stats
+        return total
+
+    async def local_stats(self) -> dict[StatsKey, ModelStats]:
+        return self.service.local_stats()
 
     async def model_states(self) -> list[tuple[str, int, str, str]]:
         return [(e.name, e.version, e.state.value, e.reason) for e in self.catalog.all_entries()]
@@ -113,7 +141,10 @@ class Gateway:
     async def check_health(self) -> None:
         if self._http_task.done():
             raise RuntimeError("HTTP server stopped")
+        if self._metrics_task.done():
+            raise RuntimeError("metrics server stopped")
 
     async def __del__(self) -> None:
         self._http.should_exit = True
+        self._metrics.should_exit = True
         await self._grpc.stop(grace=1.0)

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from serve_app.backends import BackendContext
-from serve_app.errors import ServeError, Unavailable, as_serve_error
-from serve_app.inference.types import InferRequest, InferResponse
+from serve_app.errors import Unavailable, as_serve_error
+from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
 
@@ -47,12 +47,13 @@ class ModelReplica:
         # One execution at a time per instance, off the replica's event loop.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{model_name}-exec")
 
-    async def infer_batch(self, requests: list[InferRequest]) -> list[InferResponse | ServeError]:
+    async def execute(self, executions: list[Execution]) -> list[ExecutionResult]:
+        """Run the executions one call carries, in order, on this instance."""
         if self.instance is None:
             err = Unavailable(f"model '{self.name}' version {self.version} failed to load: {self.load_error}")
-            return [err for _ in requests]
+            return [ExecutionResult(error=err) for _ in executions]
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.instance.execute, requests)
+        return await loop.run_in_executor(self._executor, self.instance.run_all, executions)
 
     async def status(self) -> tuple[bool, str]:
         return self.instance is not None, self.load_error

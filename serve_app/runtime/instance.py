@@ -1,19 +1,22 @@
-"""Turns validated requests into backend executions and responses.
+"""Runs executions on one backend instance and times them.
 
-Everything that can be known at load (signature, dtypes, reshapes, default
-output list) is computed in ``__init__`` so the per-request path is short.
+Everything that can be known at load (signature, dtypes, reshapes) is computed
+in ``__init__`` so the per-execution path is short.  The three timings are the
+statistics extension's compute_input (preparing the backend's inputs),
+compute_infer (the backend itself) and compute_output (checking and shaping
+what it produced).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
 
 import numpy as np
 
 from serve_app.backends import Backend, BackendContext, create_backend
-from serve_app.errors import InternalError, ServeError, as_serve_error
+from serve_app.errors import InternalError, as_serve_error
+from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature
-from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 
 
 class ModelInstance:
@@ -23,49 +26,69 @@ class ModelInstance:
         self.ctx = ctx
         self.signature = ModelSignature.from_config(ctx.config, str(ctx.version))
         self.backend = backend if backend is not None else create_backend(ctx)
-        self._all_outputs = list(self.signature.outputs)
-        self._version = str(ctx.version)
+        sig = self.signature
+        self._reshape_in = {n: s.reshape for n, s in sig.inputs.items() if s.reshape is not None}
+        self._reshape_out = {n: s.dims for n, s in sig.outputs.items() if s.reshape is not None}
+        self._dtypes = {n: s.datatype for n, s in sig.outputs.items() if s.datatype.wire_name != "BYTES"}
+        self._batched = sig.max_batch_size > 0
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | ServeError]:
-        """Default scheduler: each request is its own execution, in order."""
-        results: list[InferResponse | ServeError] = []
-        for req in requests:
-            try:
-                results.append(self._execute_one(req))
-            except Exception as exc:  # one bad execution must not fail the others
-                results.append(as_serve_error(exc))
+    def run(self, execution: Execution) -> ExecutionResult:
+        """Execute one (possibly merged) batch; a failure is returned, never raised."""
+        t0 = time.perf_counter_ns()
+        result = ExecutionResult()
+        try:
+            feed = self._inputs(execution)
+            t1 = time.perf_counter_ns()
+            result.compute_input_ns = t1 - t0
+            produced = self.backend.execute(feed, list(execution.outputs))
+            t2 = time.perf_counter_ns()
+            result.compute_infer_ns = t2 - t1
+            result.outputs = self._outputs(execution, produced)
+            result.compute_output_ns = time.perf_counter_ns() - t2
+        except Exception as exc:  # one bad execution must not fail the others
+            result.error = as_serve_error(exc)
+        return result
+
+    def run_all(self, executions: list[Execution]) -> list[ExecutionResult]:
+        """Run ``executions`` one after the other, recording how long each waited for the previous ones."""
+        start = time.perf_counter_ns()
+        results = []
+        for ex in executions:
+            waited = time.perf_counter_ns() - start
+            res = self.run(ex)
+            res.wait_ns = waited
+            results.append(res)
         return results
 
-    def _execute_one(self, req: InferRequest) -> InferResponse:
+    def _inputs(self, execution: Execution) -> dict[str, np.ndarray]:
+        if not self._reshape_in:
+            return execution.inputs
+        feed = dict(execution.inputs)
+        for name, shape in self._reshape_in.items():
+            arr = feed.get(name)
+            if arr is not None:
+                lead = (arr.shape[0],) if self._batched else ()
+                feed[name] = arr.reshape(lead + tuple(shape))
+        return feed
+
+    def _outputs(self, execution: Execution, produced: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         sig = self.signature
-        feed: dict[str, np.ndarray] = {}
-        batched = sig.max_batch_size > 0
-        for tensor in req.inputs:
-            spec = sig.inputs[tensor.name]
-            arr = tensor.data
-            if spec.reshape is not None:
-                lead = (arr.shape[0],) if batched else ()
-                arr = arr.reshape(lead + tuple(spec.reshape))
-            feed[tensor.name] = arr
-        names = [o.name for o in req.outputs] if req.outputs else self._all_outputs
-        produced = self.backend.execute(feed, names)
-        outputs: list[InferTensor] = []
-        for name in names:
+        out: dict[str, np.ndarray] = {}
+        for name in execution.outputs:
             arr = produced.get(name)
             if arr is None:
                 raise InternalError(f"model '{sig.name}' did not produce output '{name}'")
-            spec = sig.outputs[name]
-            if spec.reshape is not None:
-                lead = (arr.shape[0],) if batched else ()
-                arr = arr.reshape(lead + tuple(d for d in spec.dims))
-            want = spec.datatype.numpy
-            if spec.datatype.wire_name != "BYTES" and arr.dtype != want:
+            dims = self._reshape_out.get(name)
+            if dims is not None:
+                lead = (arr.shape[0],) if self._batched else ()
+                arr = arr.reshape(lead + tuple(dims))
+            dt = self._dtypes.get(name)
+            if dt is not None and arr.dtype != dt.numpy:
                 raise InternalError(
-                    f"model '{sig.name}' output '{name}' has data type {arr.dtype}, config says "
-                    f"{spec.datatype.config_name}"
+                    f"model '{sig.name}' output '{name}' has data type {arr.dtype}, config says {dt.config_name}"
                 )
-            outputs.append(InferTensor(name, spec.datatype.wire_name, tuple(arr.shape), arr))
-        return InferResponse(sig.name, self._version, req.id, outputs)
+            out[name] = arr
+        return out
 
     def close(self) -> None:
         self.backend.close()

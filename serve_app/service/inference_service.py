@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from serve_app.errors import InvalidArgument
+from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.inference.validate import validate_request
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
+from serve_app.stats import ModelStats
 
-EXTENSIONS: tuple[str, ...] = ("binary_tensor_data", "model_configuration", "parameters")
+EXTENSIONS: tuple[str, ...] = ("binary_tensor_data", "model_configuration", "parameters", "statistics")
+
+StatsKey = tuple[str, str]  # (model, version)
+StatsSource = Callable[[], Awaitable[dict[StatsKey, ModelStats]]]
 
 
 class ModelExecutor(Protocol):
-    """Where validated requests run: in process (tests, dev) or on Ray replicas."""
+    """Where executions run: in process (tests, dev) or on Ray replicas."""
 
-    async def infer(self, entry: ModelVersionEntry, request: InferRequest) -> InferResponse: ...
+    def capacity(self, entry: ModelVersionEntry) -> int:
+        """How many calls may be in flight to the model's instances at once."""
+        ...
+
+    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +84,9 @@ class InferenceService:
         self.executor = executor
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
+        self._schedulers: dict[tuple[str, int], ModelScheduler] = {}
+        # Where statistics come from: this process's schedulers, unless a host aggregates several.
+        self.stats_source: StatsSource = self._local_stats
 
     # -- health --------------------------------------------------------------
     def live(self) -> bool:
@@ -125,7 +142,53 @@ class InferenceService:
 
     # -- inference -----------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
+        arrival = time.monotonic_ns()
         entry = self.catalog.resolve_ready(request.model_name, request.model_version)
-        validate_request(request, entry.signature)
+        batch_size = validate_request(request, entry.signature)
         request.model_version = str(entry.version)
-        return await self.executor.infer(entry, request)
+        return await self.scheduler(entry).submit(request, batch_size, arrival)
+
+    def scheduler(self, entry: ModelVersionEntry) -> ModelScheduler:
+        key = (entry.name, entry.version)
+        sched = self._schedulers.get(key)
+        if sched is None:
+            sched = ModelScheduler(
+                entry.config,
+                entry.signature,
+                functools.partial(self.executor.execute, entry),
+                capacity=self.executor.capacity(entry),
+            )
+            self._schedulers[key] = sched
+        return sched
+
+    # -- statistics ----------------------------------------------------------
+    def local_stats(self) -> dict[StatsKey, ModelStats]:
+        """This process's figures (a copy), keyed by (model, version)."""
+        return {(n, str(v)): s.stats.snapshot() for (n, v), s in self._schedulers.items()}
+
+    async def _local_stats(self) -> dict[StatsKey, ModelStats]:
+        return self.local_stats()
+
+    def _stats_entries(self, name: str, version: str) -> list[ModelVersionEntry]:
+        """The ready versions a statistics request names, with Triton's errors."""
+        if not name:
+            return [e for e in self.catalog.all_entries() if e.state is ModelState.READY]
+        ready = [e for e in self.catalog.versions(name) if e.state is ModelState.READY]
+        if not ready:
+            raise InvalidArgument(f"requested model '{name}' is not available")
+        if not version:
+            return ready
+        try:
+            number = int(version)
+        except ValueError:
+            raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'") from None
+        chosen = [e for e in ready if e.version == number]
+        if not chosen:
+            raise InvalidArgument(f"requested model '{name}' version {version} is not available")
+        return chosen
+
+    async def model_statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
+        """Cumulative statistics of the named (or every) ready model version, from every front end."""
+        entries = self._stats_entries(name, version)
+        figures = await self.stats_source()
+        return [figures.get((e.name, str(e.version))) or ModelStats(e.name, str(e.version)) for e in entries]

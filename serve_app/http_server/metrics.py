@@ -1,0 +1,22 @@
+"""The metrics port: ``GET /metrics`` in Prometheus text format, Triton's names."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serve_app.service import InferenceService
+from serve_app.stats.prometheus import CONTENT_TYPE, ModelMetrics, render
+
+
+def build_metrics_app(service: InferenceService) -> Starlette:
+    async def metrics(_: Request) -> Response:
+        models = []
+        for stats in await service.model_statistics():
+            config = service.model_config(stats.name, stats.version)
+            models.append(ModelMetrics(stats, dict(config.metric_tags)))
+        return Response(render(models), media_type=CONTENT_TYPE)
+
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])

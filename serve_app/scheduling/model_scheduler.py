@@ -1,0 +1,241 @@
+"""One model version's scheduler: queue, batch, dispatch, split, count.
+
+It runs where requests arrive (the gateway), before the hop to the model
+instances: a batch is formed only when an instance can take it (at most
+``capacity`` calls in flight), merged into one execution, and sent in one
+call.  So one Ray hop carries a whole batch, and queueing, priorities, queue
+policies and statistics see every request of the model at once, as in Triton's
+per-model dynamic batcher.  The decisions themselves are the pure
+:class:`~serve_app.scheduling.dynamic_batcher.DynamicBatcher`; this class only
+drives it with asyncio and a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from serve_app.errors import ServeError, Unavailable, as_serve_error
+from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
+from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.scheduling_params import request_priority, request_timeout_us
+from serve_app.inference.signature import ModelSignature
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
+from serve_app.scheduling.priority_queue import TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
+from serve_app.stats import ModelStats
+
+Dispatch = Callable[[list[Execution]], Awaitable[list[ExecutionResult]]]
+Outcome = InferResponse | ServeError
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    request: InferRequest
+    batch_size: int  # as validated: 0 when the model does not batch
+    arrival_ns: int
+    future: asyncio.Future[InferResponse]
+    dispatch_ns: int = 0
+    outcome: Outcome | None = field(default=None)  # held back when responses must keep their order
+
+
+class ModelScheduler:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        signature: ModelSignature,
+        dispatch: Dispatch,
+        *,
+        capacity: int,
+        executions_per_call: int = 0,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        """``capacity``: calls in flight at once.  ``executions_per_call``: executions one call may
+        carry (default: 1 with a dynamic batcher, which forms a batch per free instance; 64 for the
+        default scheduler, where each request is its own execution and several share the hop)."""
+        batching = BatchingConfig.from_model_config(config)
+        queue: PriorityQueue[Job] = (
+            PriorityQueue.from_config(config.dynamic_batching)
+            if config.HasField("dynamic_batching")
+            else PriorityQueue()
+        )
+        self.batcher: DynamicBatcher[Job] = DynamicBatcher(batching, queue)
+        self.signature = signature
+        self.stats = ModelStats(signature.name, signature.version)
+        self._batched = signature.max_batch_size > 0
+        self._shape_keys = batching.batches
+        self._ordered = batching.preserve_ordering
+        self._order: deque[Job] = deque()
+        self._dispatch = dispatch
+        self.capacity = max(1, capacity)
+        self._per_call = executions_per_call or (1 if config.HasField("dynamic_batching") else 64)
+        self._clock = clock
+        self.inflight = 0
+        self._all_outputs = tuple(signature.outputs)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- admission -------------------------------------------------------------
+    async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+        """Queue a validated request and wait for its response."""
+        priority = request_priority(request)
+        timeout_us = request_timeout_us(request)
+        loop = asyncio.get_running_loop()
+        job = Job(request, batch_size, arrival_ns, loop.create_future())
+        key: object = None
+        if self._shape_keys:
+            # A request without a batch dimension (shape tensors only) never shares a batch.
+            key = shape_key(request, self._batched) if batch_size else object()
+        now = self._clock()
+        try:
+            self.batcher.queue.push(
+                job,
+                batch_size=batch_size,
+                shape_key=key,
+                priority=priority,
+                timeout_us=timeout_us,
+                now_ns=now,
+            )
+        except Unavailable:
+            self.stats.record_failure("REJECTED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
+        self.stats.pending += 1
+        if self._ordered:
+            self._order.append(job)
+        self._pump()
+        return await job.future
+
+    # -- the loop ----------------------------------------------------------------
+    def _pump(self) -> None:
+        now = self._clock()
+        self._reject(self.batcher.queue.expire(now))
+        wait = 0
+        while self.inflight < self.capacity and len(self.batcher.queue):
+            batches: list[list[QueuedRequest[Job]]] = []
+            while len(batches) < self._per_call:
+                decision = self.batcher.next_batch(now)
+                self._reject(decision.rejected)
+                if not decision.batch:
+                    wait = decision.wait_ns
+                    break
+                batches.append(decision.batch)
+            if not batches:
+                break
+            self._launch(batches, now)
+        if not wait and len(self.batcher.queue):
+            wait = self.batcher.expiry_wait_ns(now)  # instances busy: still reject timed-out requests on time
+        if wait:
+            self._arm(now, wait)
+
+    def _arm(self, now: int, wait_ns: int) -> None:
+        at = now + wait_ns
+        if self._timer is not None:
+            if self._timer_at <= at and not self._timer.cancelled():
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.get_running_loop().call_later(wait_ns / 1e9, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._pump()
+
+    def _launch(self, batches: list[list[QueuedRequest[Job]]], now: int) -> None:
+        executions: list[Execution] = []
+        jobs: list[list[Job]] = []
+        for batch in batches:
+            group = [q.item for q in batch]
+            requests = [j.request for j in group]
+            for j in group:
+                j.dispatch_ns = now
+            size = sum(j.batch_size for j in group) if self._batched else 0
+            executions.append(Execution(merge_inputs(requests), union_outputs(requests, self._all_outputs), size))
+            jobs.append(group)
+            self.stats.pending -= len(group)
+        self.inflight += 1
+        task = asyncio.get_running_loop().create_task(self._run(executions, jobs))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, executions: list[Execution], jobs: list[list[Job]]) -> None:
+        reason = "BACKEND"
+        try:
+            results = await self._dispatch(executions)
+            if len(results) != len(executions):
+                raise RuntimeError(f"instance returned {len(results)} results for {len(executions)} executions")
+        except Exception as exc:  # the call failed: every request it carried gets the error
+            err = as_serve_error(exc)
+            results = [ExecutionResult(error=err) for _ in executions]
+            reason = "OTHER"
+        finally:
+            self.inflight -= 1
+        try:
+            now, now_ms = self._clock(), time.time_ns() // 1_000_000
+            for execution, result, group in zip(executions, results, jobs, strict=True):
+                self._complete(execution, result, group, reason, now, now_ms)
+        finally:
+            self._pump()
+
+    # -- completion ---------------------------------------------------------------
+    def _complete(
+        self, execution: Execution, result: ExecutionResult, group: list[Job], reason: str, now: int, now_ms: int
+    ) -> None:
+        stats = self.stats
+        if result.error is not None:
+            executed = result.compute_infer_ns + result.compute_output_ns
+            for job in group:
+                stats.record_failure(reason, now - job.arrival_ns, now_ms, executed_ns=executed)
+                self._finish(job, result.error)
+            return
+        ci, cf, co = result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns
+        stats.record_execution(max(1, execution.batch_size), ci, cf, co)
+        parts = split_outputs(result.outputs, [j.batch_size for j in group]) if len(group) > 1 else [result.outputs]
+        sig = self.signature
+        for job, produced in zip(group, parts, strict=True):
+            req = job.request
+            names = [o.name for o in req.outputs] if req.outputs else self._all_outputs
+            outputs = []
+            for name in names:
+                arr = produced[name]
+                outputs.append(InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(arr.shape), arr))
+            queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
+            stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
+            self._finish(job, InferResponse(sig.name, sig.version, req.id, outputs))
+
+    def _reject(self, rejected: list[QueuedRequest[Job]]) -> None:
+        if not rejected:
+            return
+        now, now_ms = self._clock(), time.time_ns() // 1_000_000
+        for q in rejected:
+            job = q.item
+            self.stats.pending -= 1
+            self.stats.record_failure("REJECTED", now - job.arrival_ns, now_ms)
+            self._finish(job, Unavailable(TIMEOUT_MESSAGE))
+
+    def _finish(self, job: Job, outcome: Outcome) -> None:
+        if not self._ordered:
+            _resolve(job.future, outcome)
+            return
+        job.outcome = outcome
+        order = self._order
+        while order and order[0].outcome is not None:
+            done = order.popleft()
+            _resolve(done.future, done.outcome)  # type: ignore[arg-type]
+
+    @property
+    def queued(self) -> int:
+        return len(self.batcher.queue)
+
+
+def _resolve(future: asyncio.Future[InferResponse], outcome: Outcome) -> None:
+    if future.done():  # the client went away
+        return
+    if isinstance(outcome, ServeError):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -1,0 +1,100 @@
+"""Triton's per-model Prometheus metrics, computed from the same figures as the
+statistics extension at scrape time (so the two always agree and requests pay
+nothing for metrics).
+
+Names and types are Triton's: counters without a ``_total`` suffix
+(``nv_inference_count``, ``nv_inference_request_duration_us``, ...), labels
+``model`` and ``version`` plus the model config's ``metric_tags``.  The text is
+written here rather than by prometheus_client, whose exposition renames every
+counter family ``<name>_total`` and so cannot reproduce Triton's names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from serve_app.stats.model_stats import FAILURE_REASONS, ModelStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LABEL_OK = re.compile(r"[^a-zA-Z0-9_]")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetrics:
+    stats: ModelStats
+    tags: Mapping[str, str]  # the config's metric_tags
+
+
+def _labels(m: ModelMetrics) -> dict[str, str]:
+    labels = {"model": m.stats.name, "version": m.stats.version}
+    for key, value in m.tags.items():
+        name = _LABEL_OK.sub("_", key)
+        if name and not name[0].isdigit() and name not in labels:
+            labels[name] = value
+    return labels
+
+
+# (name, help, value of a model's stats); durations are cumulative microseconds.
+_COUNTERS = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
+     lambda s: s.inference["success"].count),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
+     lambda s: s.inference_count),
+    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
+     lambda s: s.execution_count),
+    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds",
+     lambda s: s.inference["success"].ns // 1000),
+    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds",
+     lambda s: s.inference["queue"].ns // 1000),
+    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds",
+     lambda s: s.inference["compute_input"].ns // 1000),
+    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds",
+     lambda s: s.inference["compute_infer"].ns // 1000),
+    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds",
+     lambda s: s.inference["compute_output"].ns // 1000),
+)  # fmt: skip
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _sample(name: str, labels: Mapping[str, str], value: int) -> str:
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    return f"{name}{{{inner}}} {value}"
+
+
+def render(models: Sequence[ModelMetrics]) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of ``models``' metrics."""
+    labelled = [(m.stats, _labels(m)) for m in models]
+    lines: list[str] = []
+
+    def family(name: str, help_text: str, kind: str, samples: Iterable[str]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(samples)
+
+    name, help_text, value = _COUNTERS[0]
+    family(name, help_text, "counter", (_sample(name, lb, value(s)) for s, lb in labelled))
+    family(
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+        "counter",
+        (
+            _sample("nv_inference_request_failure", {**lb, "reason": r}, s.failures.get(r, 0))
+            for s, lb in labelled
+            for r in FAILURE_REASONS
+        ),
+    )
+    for name, help_text, value in _COUNTERS[1:]:
+        family(name, help_text, "counter", (_sample(name, lb, value(s)) for s, lb in labelled))
+    family(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+        (_sample("nv_inference_pending_request_count", lb, max(0, s.pending)) for s, lb in labelled),
+    )
+    return ("\n".join(lines) + "\n").encode()
