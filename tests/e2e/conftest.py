@@ -16,9 +16,22 @@ from dataclasses import dataclass
 import example_models
 import pytest
 
-from tests.e2e.models import identity_all
+from tests.e2e.models import identity_all, slow_identity
 
 STARTUP_TIMEOUT_S = 240
+
+# Level 2 is the default; 1 overtakes it; 3 holds one request; 4 rejects and 5 delays timed-out requests.
+SLOW_BATCHING = """dynamic_batching {
+  preferred_batch_size: [ 1 ]
+  priority_levels: 5
+  default_priority_level: 2
+  priority_queue_policy { key: 3 value: { max_queue_size: 1 } }
+  priority_queue_policy { key: 4 value: { timeout_action: REJECT default_timeout_microseconds: 10000000
+                                          allow_timeout_override: true } }
+  priority_queue_policy { key: 5 value: { timeout_action: DELAY default_timeout_microseconds: 10000000
+                                          allow_timeout_override: true } }
+}
+"""
 
 
 def free_port() -> int:
@@ -31,6 +44,7 @@ def free_port() -> int:
 class Server:
     http_url: str  # host:port, as tritonclient wants it
     grpc_url: str
+    metrics_url: str  # http://host:port/metrics
     repo: pathlib.Path
     proc: subprocess.Popen[bytes]
     log: pathlib.Path
@@ -46,6 +60,15 @@ def build_repository(repo: pathlib.Path) -> None:
     example_models.add_sub(
         repo, name="versioned", versions=(1, 2, 3), extra_config="version_policy: { latest { num_versions: 2 } }\n"
     )
+    # dynamic batching: waits up to 5 s for a batch of 8
+    example_models.add_sub(
+        repo,
+        name="batch8",
+        extra_config="dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 5000000 }\n"
+        'metric_tags { key: "team" value: "vision" }\n',
+    )
+    # one request per execution, each a few hundred ms; priority levels with different queue policies
+    slow_identity(repo, "slow", SLOW_BATCHING)
     broken = repo / "broken"
     (broken / "1").mkdir(parents=True)
     shutil.copy(repo / "add_sub" / "1" / "model.onnx", broken / "1" / "model.onnx")
@@ -66,7 +89,7 @@ def _ready(http_url: str) -> bool:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("model_repository")
     build_repository(repo)
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     log = tmp_path_factory.mktemp("server_log") / "server.log"
     env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1")
     cmd = [
@@ -75,6 +98,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--host", "127.0.0.1",
         "--http-port", str(http_port),
         "--grpc-port", str(grpc_port),
+        "--metrics-port", str(metrics_port),
         "--num-cpus", "8",
         "--instance-cpus", "0.5",
         "--object-store-memory", str(256 * 1024 * 1024),
@@ -88,7 +112,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             proc.kill()
             pytest.fail(f"server did not start:\n{log.read_text()[-5000:]}")
         time.sleep(0.5)
-    yield Server(http_url, grpc_url, repo, proc, log)
+    yield Server(http_url, grpc_url, f"http://127.0.0.1:{metrics_port}/metrics", repo, proc, log)
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=60)

@@ -56,3 +56,50 @@ def identity_all(repo: pathlib.Path, name: str = "identity_all", max_batch_size:
 def as_bytes(x: object) -> bytes:
     """tritonclient returns BYTES elements as str when they came as JSON."""
     return x.encode() if isinstance(x, str) else bytes(x)  # type: ignore[arg-type]
+
+
+def slow_identity(repo: pathlib.Path, name: str, extra_config: str, *, size: int = 1024, matmuls: int = 24) -> None:
+    """OUT = IN ([-1, 1] FP32), after ``matmuls`` products of a ``size``-square matrix (a few hundred ms on one
+    core, whatever the batch size), so that requests observably queue behind an execution.
+
+    The products depend on the input (through ``sum(IN) * 0``) so onnxruntime cannot fold them at load.
+    """
+    import numpy as np
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((size, size)) / np.sqrt(size)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([0.0], np.float32), "ZERO")]
+    nodes = [
+        helper.make_node("ReduceSum", ["IN"], ["s"], keepdims=0),
+        helper.make_node("Mul", ["s", "ZERO"], ["s0"]),
+        helper.make_node("Add", ["W", "s0"], ["a0"]),
+    ]
+    prev = "a0"
+    for i in range(matmuls):
+        nodes.append(helper.make_node("MatMul", [prev, "W"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"]))
+        prev = f"t{i}"
+    nodes += [
+        helper.make_node("ReduceSum", [prev], ["z"], keepdims=0),
+        helper.make_node("Mul", ["z", "ZERO"], ["z0"]),
+        helper.make_node("Add", ["IN", "z0"], ["OUT"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("IN", TensorProto.FLOAT, ["batch", 1])],
+        [helper.make_tensor_value_info("OUT", TensorProto.FLOAT, ["batch", 1])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    onnx.save(model, str(d / "1" / "model.onnx"))
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n' + extra_config
+    )
