@@ -70,7 +70,8 @@ class DynamicBatcher(Generic[T]):
     def __init__(self, config: BatchingConfig, queue: PriorityQueue[T]) -> None:
         self.config = config
         self.queue = queue
-        self._max_preferred = max(config.preferred, default=0)
+        # No preferred sizes means max_batch_size is the one (Triton's config normalization).
+        self._max_preferred = max(config.preferred, default=config.max_batch_size)
         self._preferred = frozenset(config.preferred)
 
     def next_batch(self, now_ns: int) -> Decision[T]:

@@ -188,9 +188,7 @@ def test_default_policy_applies_to_each_level_separately() -> None:
 
 
 def test_max_queue_size_counts_delayed_requests() -> None:
-    q: PriorityQueue[str] = PriorityQueue(
-        QueuePolicy(max_queue_size=1, default_timeout_us=10, delay_on_timeout=True)
-    )
+    q: PriorityQueue[str] = PriorityQueue(QueuePolicy(max_queue_size=1, default_timeout_us=10, delay_on_timeout=True))
     push(q, "a", now_ns=0)
     assert q.expire(now_ns=11 * US) == []  # delayed, still queued
     with pytest.raises(Unavailable):
@@ -357,9 +355,7 @@ def test_queue_policy_from_empty_proto() -> None:
 
 
 def test_from_config_without_levels() -> None:
-    q: PriorityQueue[str] = PriorityQueue.from_config(
-        dynamic_batching("default_queue_policy { max_queue_size: 1 }")
-    )
+    q: PriorityQueue[str] = PriorityQueue.from_config(dynamic_batching("default_queue_policy { max_queue_size: 1 }"))
     assert push(q, "a", priority=4).level == 0
     with pytest.raises(Unavailable):
         push(q, "b")
