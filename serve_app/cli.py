@@ -38,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="logical CPUs of a Ray started here (default: max(cores, 16); instances share the cores like Triton's)",
     )
+    p.add_argument(
+        "--no-direct-channel",
+        action="store_true",
+        help="send batches to model instances through Ray Serve handles instead of direct channels",
+    )
     p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with a Ray started here")
     p.add_argument("--object-store-memory", type=int, default=None, help="object store bytes of a Ray started here")
     return p
@@ -53,6 +58,7 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         gateway_replicas=ns.gateway_replicas,
         instance_cpus=ns.instance_cpus,
         max_inflight_per_instance=ns.max_inflight_per_instance,
+        direct_channel=not ns.no_direct_channel,
     )
 
 

@@ -22,6 +22,8 @@ class ServerSettings:
     # Calls (batches) in flight per model instance from each gateway.  1 is Triton's rule (a batch is
     # formed when an instance is free, so batches grow while it works); 2 also hides the Ray hop.
     max_inflight_per_instance: int = 1
+    # Gateways send batches to model instances over a direct channel (False: through Serve handles).
+    direct_channel: bool = True
     # Name of the Serve application.
     app_name: str = "serve_app"
 
@@ -38,7 +40,9 @@ class ServerSettings:
         for key, raw in args.items():
             kind = known[key].type
             try:
-                if kind in ("int", int):
+                if kind in ("bool", bool):
+                    values[key] = _boolean(raw)
+                elif kind in ("int", int):
                     values[key] = int(raw)
                 elif kind in ("float", float):
                     values[key] = float(raw)
@@ -50,3 +54,14 @@ class ServerSettings:
 
     def to_args(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _boolean(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 from typing import Any
 
 from serve_app.errors import ServeError
@@ -46,6 +47,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
 
     gpus = gpus if gpus is not None else cluster_gpus()
     repo = ModelRepository(settings.model_repository)
+    token = secrets.token_bytes(16) if settings.direct_channel else b""
     served: list[ServedVersion] = []
     failed: list[tuple[str, str]] = []
     bound: dict[str, Any] = {}
@@ -79,13 +81,13 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
                             "runtime_env": {"env_vars": REPLICA_ENV},
                         },
                     )
-                    .bind(name, version, config_bytes, str(model_file), group.kind)
+                    .bind(name, version, config_bytes, str(model_file), group.kind, token)
                 )
             replicas = tuple(g.num_replicas for g in groups)
             served.append(ServedVersion(name, version, config_bytes, tuple(names), replicas))
             kinds = ", ".join(f"{g.num_replicas}x {g.kind}" for g in groups)
             report(f"model '{name}' version {version}: deploying ({kinds})")
-    spec = GatewaySpec(settings=settings, served=tuple(served), failed=tuple(failed))
+    spec = GatewaySpec(settings=settings, served=tuple(served), failed=tuple(failed), channel_token=token)
     gateway = serve.deployment(Gateway).options(
         name="gateway",
         num_replicas=settings.gateway_replicas,

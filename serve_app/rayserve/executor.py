@@ -1,30 +1,74 @@
-"""ModelExecutor over Ray Serve handles: one call per batch, to the least busy instance group."""
+"""ModelExecutor for the gateway: one call per batch, to the least busy model instance.
+
+Calls go over each instance's direct channel (serve_app.transport) when the
+gateway holds one, else through the deployment's Serve handle.  The gateway
+learns the channel addresses with a Serve broadcast at start, every
+``REFRESH_S`` seconds (new or replaced replicas), and soon after a channel
+fails.  A batch whose channel breaks mid-call fails with UNAVAILABLE: it is not
+re-run, as its instance may have executed it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import Any
 
-from serve_app.errors import InternalError
+from serve_app.errors import InternalError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.service.catalog import ModelVersionEntry
+from serve_app.transport import ChannelClient
+
+logger = logging.getLogger("serve_app")
+
+REFRESH_S = 10.0
+RETRY_REFRESH_S = 1.0
 
 
 class _Group:
-    """One Serve deployment (an instance group) of a model version."""
+    """One Serve deployment (an instance group) of a model version, and channels to its replicas."""
 
-    __slots__ = ("inflight", "method", "replicas")
-
-    def __init__(self, handle: Any, replicas: int) -> None:
-        self.method = handle.execute
+    def __init__(self, name: str, handle: Any, replicas: int) -> None:
+        self.name = name
+        self.handle = handle
         self.replicas = max(1, replicas)
-        self.inflight = 0
+        self.serve_inflight = 0
+        self.clients: dict[tuple[str, int], ChannelClient] = {}
+        self.refreshed_at = 0.0
+        self.refreshing: asyncio.Task[None] | None = None
+
+    def load(self) -> float:
+        return (self.serve_inflight + sum(c.inflight for c in self.clients.values())) / self.replicas
+
+    def pick(self) -> ChannelClient | None:
+        best: ChannelClient | None = None
+        for c in self.clients.values():
+            if not c.closed and (best is None or c.inflight < best.inflight):
+                best = c
+        return best
 
 
 class RayModelExecutor:
-    def __init__(self, groups: dict[tuple[str, int], list[tuple[Any, int]]], *, inflight_per_instance: int) -> None:
-        """``groups``: for each (model, version), its deployments' handles and replica counts."""
-        self._groups = {key: [_Group(h, n) for h, n in hs] for key, hs in groups.items()}
+    def __init__(
+        self,
+        groups: dict[tuple[str, int], list[tuple[str, Any, int]]],
+        *,
+        inflight_per_instance: int,
+        channel_token: bytes = b"",
+    ) -> None:
+        """``groups``: for each (model, version), its deployments' (name, handle, replica count)."""
+        self._groups = {key: [_Group(n, h, r) for n, h, r in gs] for key, gs in groups.items()}
         self._per_instance = max(1, inflight_per_instance)
+        self._token = channel_token
+        self._refresher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open channels to every replica that has one, and keep them current."""
+        if not self._token:
+            return
+        await asyncio.gather(*(self._refresh(g) for gs in self._groups.values() for g in gs))
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
 
     def capacity(self, entry: ModelVersionEntry) -> int:
         return sum(g.replicas for g in self._groups.get((entry.name, entry.version), ())) * self._per_instance
@@ -33,10 +77,65 @@ class RayModelExecutor:
         groups = self._groups.get((entry.name, entry.version))
         if not groups:
             raise InternalError(f"no deployment serves model '{entry.name}' version {entry.version}")
-        group = groups[0] if len(groups) == 1 else min(groups, key=lambda g: g.inflight / g.replicas)
-        group.inflight += 1
+        group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
+        client = group.pick() if self._token else None
+        if client is not None:
+            try:
+                result: list[ExecutionResult] = await client.call(executions)
+                return result
+            except Unavailable:
+                self._refresh_soon(group)
+                raise
+        if self._token:
+            self._refresh_soon(group)
+        group.serve_inflight += 1
         try:
-            result: list[ExecutionResult] = await group.method.remote(executions)
+            result = await group.handle.execute.remote(executions)
             return result
         finally:
-            group.inflight -= 1
+            group.serve_inflight -= 1
+
+    # -- channel upkeep -------------------------------------------------------------
+    def _refresh_soon(self, group: _Group) -> None:
+        if group.refreshing is not None or time.monotonic() - group.refreshed_at < RETRY_REFRESH_S:
+            return
+        group.refreshing = asyncio.get_running_loop().create_task(self._refresh(group))
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            for gs in self._groups.values():
+                for g in gs:
+                    try:
+                        await self._refresh(g)
+                    except Exception:
+                        logger.exception("refreshing the channels of %s failed", g.name)
+
+    async def _refresh(self, group: _Group) -> None:
+        try:
+            group.refreshed_at = time.monotonic()
+            answers = await group.handle.broadcast("channel_address").results_async(return_exceptions=True)
+            live = {tuple(a) for a in answers if isinstance(a, (tuple, list)) and len(a) == 2}
+            for addr, client in list(group.clients.items()):
+                if client.closed or addr not in live:
+                    client.close()
+                    del group.clients[addr]
+            for addr in live - set(group.clients):
+                client = ChannelClient((str(addr[0]), int(addr[1])))
+                try:
+                    await client.connect(self._token)
+                except (OSError, asyncio.TimeoutError) as exc:
+                    logger.warning("no channel to %s replica at %s: %s", group.name, addr, exc)
+                    continue
+                group.clients[addr] = client  # type: ignore[index]
+        finally:
+            group.refreshed_at = time.monotonic()
+            group.refreshing = None
+
+    def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+        for gs in self._groups.values():
+            for g in gs:
+                for c in g.clients.values():
+                    c.close()

@@ -42,6 +42,7 @@ class GatewaySpec:
     settings: ServerSettings
     served: tuple[ServedVersion, ...]
     failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (model, reason)
+    channel_token: bytes = b""  # shared with the model replicas; empty: no direct channels
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -70,7 +71,7 @@ class Gateway:
 
         self.spec = spec
         catalog = ModelCatalog()
-        groups: dict[tuple[str, int], list[tuple[Any, int]]] = {}
+        groups: dict[tuple[str, int], list[tuple[str, Any, int]]] = {}
         for sv in spec.served:
             config = mc.ModelConfig.FromString(sv.config_bytes)
             catalog.add(
@@ -83,15 +84,16 @@ class Gateway:
                 )
             )
             replicas = sv.replicas or (1,) * len(sv.deployments)
-            groups[(sv.name, sv.version)] = [(handles[d], n) for d, n in zip(sv.deployments, replicas, strict=True)]
+            groups[(sv.name, sv.version)] = [(d, handles[d], n) for d, n in zip(sv.deployments, replicas, strict=True)]
         for name, reason in spec.failed:
             catalog.add_failed(FailedModel(name, reason))
         self._groups = groups
         self.catalog = catalog
         s = spec.settings
-        self.service = InferenceService(
-            catalog, RayModelExecutor(groups, inflight_per_instance=s.max_inflight_per_instance)
+        self.executor = RayModelExecutor(
+            groups, inflight_per_instance=s.max_inflight_per_instance, channel_token=spec.channel_token
         )
+        self.service = InferenceService(catalog, self.executor)
         if s.gateway_replicas > 1:
             self.service.stats_source = self._cluster_stats
         self._http, self._http_task = _uvicorn(build_http_app(self.service), reuse_port_socket(s.host, s.http_port))
@@ -100,13 +102,14 @@ class Gateway:
         )
         self._grpc = await start_grpc_server(self.service, s.host, s.grpc_port)
         await self._refresh_states()
+        await self.executor.start()
 
     async def _refresh_states(self) -> None:
         """Ask each model deployment whether its instances loaded."""
         for (name, version), targets in self._groups.items():
             entry = self.catalog.resolve(name, str(version))
             reasons = []
-            for handle, _ in targets:
+            for _, handle, _ in targets:
                 ok, reason = await handle.status.remote()
                 if not ok:
                     reasons.append(reason)
@@ -147,4 +150,5 @@ class Gateway:
     async def __del__(self) -> None:
         self._http.should_exit = True
         self._metrics.should_exit = True
+        self.executor.close()
         await self._grpc.stop(grace=1.0)

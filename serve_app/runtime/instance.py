@@ -49,9 +49,10 @@ class ModelInstance:
             result.error = as_serve_error(exc)
         return result
 
-    def run_all(self, executions: list[Execution]) -> list[ExecutionResult]:
-        """Run ``executions`` one after the other, recording how long each waited for the previous ones."""
-        start = time.perf_counter_ns()
+    def run_all(self, executions: list[Execution], arrived_ns: int = 0) -> list[ExecutionResult]:
+        """Run ``executions`` one after the other, recording how long each waited (since ``arrived_ns``,
+        a ``perf_counter_ns`` reading taken when the call reached the instance, or since now)."""
+        start = arrived_ns or time.perf_counter_ns()
         results = []
         for ex in executions:
             waited = time.perf_counter_ns() - start

@@ -58,7 +58,7 @@ def as_bytes(x: object) -> bytes:
     return x.encode() if isinstance(x, str) else bytes(x)  # type: ignore[arg-type]
 
 
-def slow_identity(repo: pathlib.Path, name: str, extra_config: str, *, size: int = 1024, matmuls: int = 24) -> None:
+def slow_identity(repo: pathlib.Path, name: str, extra_config: str, *, size: int = 1024, matmuls: int = 32) -> None:
     """OUT = IN ([-1, 1] FP32), after ``matmuls`` products of a ``size``-square matrix (a few hundred ms on one
     core, whatever the batch size), so that requests observably queue behind an execution.
 

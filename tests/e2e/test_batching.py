@@ -95,8 +95,18 @@ def slow(grpc: grpcclient.InferenceServerClient) -> Recorder:
 
 
 def settle() -> None:
-    """Let a request reach the server's queue before the next one is sent."""
-    time.sleep(0.1)
+    """Let a request reach the server before the next one is sent."""
+    time.sleep(0.05)
+
+
+def wait_queued(server: Server, count: int, model: str = "slow") -> None:
+    """Wait until ``count`` requests wait in the model's queue (the metrics' pending count)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if metric(metrics(server), "nv_inference_pending_request_count", model=model, version="1") == count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{count} requests never queued for {model}")
 
 
 def stats_of(client: httpclient.InferenceServerClient, model: str) -> dict[str, Any]:
@@ -145,11 +155,11 @@ def test_preferred_batch_of_eight_is_one_execution(
     assert metric(m, "nv_inference_queue_duration_us", **labels) == infer["queue"]["ns"] // 1000
 
 
-def test_priority_one_overtakes_queued_priority_two(slow: Recorder) -> None:
+def test_priority_one_overtakes_queued_priority_two(server: Server, slow: Recorder) -> None:
     first = slow.send("running", 1.0)  # default level 2: starts executing at once
     settle()
     queued = [slow.send(f"p2-{i}", 2.0 + i) for i in range(2)]
-    settle()
+    wait_queued(server, 2)
     urgent = slow.send("p1", 9.0, priority=1)
     for f in (first, urgent, *queued):
         f.result(timeout=60)
@@ -158,13 +168,13 @@ def test_priority_one_overtakes_queued_priority_two(slow: Recorder) -> None:
 
 
 def test_full_queue_rejects_at_once(
-    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient, slow: Recorder
+    server: Server, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient, slow: Recorder
 ) -> None:
     before = stats_of(http, "slow")["inference_stats"]["fail"]["count"]
     first = slow.send("running", 1.0)
     settle()
     held = slow.send("held", 2.0, priority=3)  # level 3 holds one request
-    settle()
+    wait_queued(server, 1)
     t0 = time.monotonic()
     with pytest.raises(InferenceServerException) as info:
         grpc.infer("slow", slow_inputs(3.0), priority=3)
@@ -182,7 +192,7 @@ def test_full_queue_over_http_is_503(server: Server, slow: Recorder) -> None:
     first = slow.send("running", 1.0)
     settle()
     held = slow.send("held", 2.0, priority=3)
-    settle()
+    wait_queued(server, 1)
     body = {
         "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "FP32", "data": [3.0]}],
         "parameters": {"priority": 3},
@@ -213,11 +223,12 @@ def test_timed_out_request_is_rejected(server: Server, grpc: grpcclient.Inferenc
     assert after == rejected_before + 1
 
 
-def test_timed_out_request_is_delayed_not_dropped(slow: Recorder) -> None:
+def test_timed_out_request_is_delayed_not_dropped(server: Server, slow: Recorder) -> None:
     first = slow.send("running", 1.0)
     settle()
     late = slow.send("expired", 2.0, priority=5, timeout=20_000)  # DELAY level: expires while queued
-    time.sleep(0.2)
+    wait_queued(server, 1)
+    time.sleep(0.05)
     fresh = slow.send("fresh", 3.0, priority=5)  # same level, not expired: goes first
     first.result(timeout=60)
     assert fresh.result(timeout=60)[0, 0] == 3.0

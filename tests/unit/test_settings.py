@@ -18,6 +18,13 @@ def test_from_args_converts_strings() -> None:
     assert (s.http_port, s.instance_cpus, s.grpc_port) == (9000, 0.5, 8001)
 
 
+def test_from_args_reads_booleans() -> None:
+    assert ServerSettings.from_args({"model_repository": "/m", "direct_channel": "false"}).direct_channel is False
+    assert ServerSettings.from_args({"model_repository": "/m", "direct_channel": True}).direct_channel is True
+    with pytest.raises(InvalidArgument, match="direct_channel"):
+        ServerSettings.from_args({"model_repository": "/m", "direct_channel": "maybe"})
+
+
 def test_from_args_requires_repository() -> None:
     with pytest.raises(InvalidArgument, match="model_repository"):
         ServerSettings.from_args({})

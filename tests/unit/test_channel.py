@@ -1,0 +1,106 @@
+"""The direct gateway-to-instance channel: framing, authentication, concurrency, failure (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from serve_app.errors import Unavailable
+from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.transport import ChannelClient, ChannelServer
+from serve_app.transport.channel import encode, read_message
+
+TOKEN = b"0123456789abcdef"
+
+
+async def start(handler: Any) -> tuple[ChannelServer, tuple[str, int]]:
+    server = ChannelServer(handler, TOKEN)
+    return server, await server.start("127.0.0.1")
+
+
+async def test_frames_round_trip_arrays_out_of_band() -> None:
+    reader = asyncio.StreamReader()
+    big = np.arange(12, dtype=np.float32).reshape(3, 4)
+    strided = np.arange(20, dtype=np.int64)[::2]  # not contiguous: travels in band
+    frames = encode((7, {"a": big, "b": strided, "s": np.array([b"x", b"yz"], dtype=object)}))
+    assert len(frames) == 3  # head, pickle, one out-of-band buffer (big)
+    for f in frames:
+        reader.feed_data(bytes(f))
+    call_id, payload = await read_message(reader)
+    assert call_id == 7
+    np.testing.assert_array_equal(payload["a"], big)
+    assert not payload["a"].flags.writeable  # a zero-copy view of the received bytes
+    np.testing.assert_array_equal(payload["b"], strided)
+    assert list(payload["s"]) == [b"x", b"yz"]
+
+
+async def test_executions_round_trip() -> None:
+    async def handler(executions: list[Execution]) -> list[ExecutionResult]:
+        return [ExecutionResult(outputs={"OUT": e.inputs["IN"] * 2}, compute_infer_ns=5) for e in executions]
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    x = np.ones((2, 3), np.float32)
+    results = await client.call([Execution({"IN": x}, ("OUT",), 2), Execution({"IN": x + 1}, ("OUT",), 2)])
+    np.testing.assert_array_equal(results[0].outputs["OUT"], x * 2)
+    np.testing.assert_array_equal(results[1].outputs["OUT"], (x + 1) * 2)
+    assert results[0].compute_infer_ns == 5
+    client.close()
+    server.close()
+
+
+async def test_concurrent_calls_are_answered_by_id() -> None:
+    async def handler(payload: tuple[float, str]) -> str:
+        delay, tag = payload
+        await asyncio.sleep(delay)
+        return tag
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    slow = asyncio.ensure_future(client.call((0.2, "slow")))
+    fast = asyncio.ensure_future(client.call((0.0, "fast")))
+    assert await fast == "fast"
+    assert not slow.done()  # answers come back out of order
+    assert await slow == "slow"
+    assert client.inflight == 0
+    client.close()
+    server.close()
+
+
+async def test_wrong_token_is_dropped() -> None:
+    async def handler(payload: Any) -> Any:
+        return payload
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(b"wrong-token-0000")
+    with pytest.raises(Unavailable):
+        await asyncio.wait_for(client.call("hello"), timeout=5)
+    assert client.closed
+    server.close()
+
+
+async def test_lost_connection_fails_pending_calls() -> None:
+    started = asyncio.Event()
+
+    async def handler(payload: Any) -> Any:
+        started.set()
+        await asyncio.sleep(30)
+        return payload
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    call = asyncio.ensure_future(client.call("never answered"))
+    await started.wait()
+    client._writer.transport.abort()  # type: ignore[union-attr]  # the connection drops, as when a replica dies
+    with pytest.raises(Unavailable, match="unavailable"):
+        await asyncio.wait_for(call, timeout=5)
+    with pytest.raises(Unavailable, match="closed"):
+        await client.call("after")
+    server.close()
