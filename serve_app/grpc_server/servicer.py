@@ -8,6 +8,7 @@ the table, by the error mapping: no method can forget it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
 
 SERVICE_NAME = "inference.GRPCInferenceService"
+MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the stream waits beyond that
 
 UnaryHandler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
@@ -74,21 +76,57 @@ class InferenceServicer:
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Each request gets one response, in order; errors travel in-band and keep the stream open."""
-        async for request in request_iterator:
+        """Each request gets one response; errors travel in-band and keep the stream open.
+
+        Requests run concurrently and each response is sent when it is ready, as Triton does, so a
+        sequence waiting in the backlog does not hold up the others on the stream.  Steps of one
+        sequence start in arrival order, so their responses come back in that order.
+        """
+        responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        room = asyncio.Semaphore(MAX_STREAM_INFLIGHT)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                self.service.signature(request.model_name, request.model_version)
-                req = grpc_codec.decode_model_infer_request(request)
-                resp = await self.service.infer(req)
-                yield pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))
-            except Exception as exc:
-                err = as_serve_error(exc)
-                yield pb.ModelStreamInferResponse(
-                    error_message=err.message,
-                    infer_response=pb.ModelInferResponse(
-                        model_name=request.model_name, model_version=request.model_version, id=request.id
-                    ),
-                )
+                responses.put_nowait(await self._stream_response(request))
+            finally:
+                room.release()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    await room.acquire()
+                    task = asyncio.get_running_loop().create_task(answer(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                while tasks:
+                    await asyncio.wait(set(tasks))
+            finally:
+                responses.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (response := await responses.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _stream_response(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+        try:
+            self.service.signature(request.model_name, request.model_version)
+            req = grpc_codec.decode_model_infer_request(request)
+            resp = await self.service.infer(req)
+            return pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))
+        except Exception as exc:
+            err = as_serve_error(exc)
+            return pb.ModelStreamInferResponse(
+                error_message=err.message,
+                infer_response=pb.ModelInferResponse(
+                    model_name=request.model_name, model_version=request.model_version, id=request.id
+                ),
+            )
 
 
 # RPC name -> (request type, response type, client streaming)

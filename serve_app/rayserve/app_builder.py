@@ -9,9 +9,12 @@ import secrets
 from typing import Any
 
 from serve_app.errors import ServeError
+from serve_app.inference.sequence import model_key
 from serve_app.placement import ClusterGpus, plan_replicas
 from serve_app.rayserve.gateway import GatewaySpec, ServedVersion
+from serve_app.rayserve.sequence_router import SequenceModelSpec, SequenceRouterDeployment
 from serve_app.repository import ModelRepository
+from serve_app.scheduling.sequence_batcher import SequenceBatchingConfig
 from serve_app.settings import ServerSettings
 
 logger = logging.getLogger("serve_app")
@@ -47,10 +50,12 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
 
     gpus = gpus if gpus is not None else cluster_gpus()
     repo = ModelRepository(settings.model_repository)
-    token = secrets.token_bytes(16) if settings.direct_channel else b""
+    # Channels carry every sequence step; batches of other models too unless direct_channel is off.
+    token = secrets.token_bytes(16)
     served: list[ServedVersion] = []
     failed: list[tuple[str, str]] = []
     bound: dict[str, Any] = {}
+    sequence_models: list[SequenceModelSpec] = []
     for name, source in repo.load_all().items():
         if isinstance(source, ServeError):
             report(f"model '{name}': failed to load: {source.message}")
@@ -85,6 +90,11 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
                 )
             replicas = tuple(g.num_replicas for g in groups)
             served.append(ServedVersion(name, version, config_bytes, tuple(names), replicas))
+            if source.config.HasField("sequence_batching"):
+                slots = SequenceBatchingConfig.from_model_config(source.config).slots
+                sequence_models.append(
+                    SequenceModelSpec(model_key(name, version), name, slots, tuple(zip(names, replicas, strict=True)))
+                )
             kinds = ", ".join(f"{g.num_replicas}x {g.kind}" for g in groups)
             report(f"model '{name}' version {version}: deploying ({kinds})")
     spec = GatewaySpec(settings=settings, served=tuple(served), failed=tuple(failed), channel_token=token)
@@ -95,4 +105,18 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
         logging_config=QUIET_LOGS,
         ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": REPLICA_ENV}},
     )
-    return gateway.bind(spec, bound)
+    router = None
+    if sequence_models:
+        handles = {d: bound[d] for m in sequence_models for d, _ in m.deployments}
+        router = (
+            serve.deployment(SequenceRouterDeployment)
+            .options(
+                name="sequence_router",
+                num_replicas=1,
+                max_ongoing_requests=1000,
+                logging_config=QUIET_LOGS,
+                ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": REPLICA_ENV}},
+            )
+            .bind(tuple(sequence_models), handles, token)
+        )
+    return gateway.bind(spec, bound, router)

@@ -6,6 +6,10 @@ learns the channel addresses with a Serve broadcast at start, every
 ``REFRESH_S`` seconds (new or replaced replicas), and soon after a channel
 fails.  A batch whose channel breaks mid-call fails with UNAVAILABLE: it is not
 re-run, as its instance may have executed it.
+
+Sequence models always use channels (a step must reach one particular
+replica, which a Serve handle call can't name): their ports ask the sequence
+router for places and send steps straight to the instances.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from typing import Any
 
 from serve_app.errors import InternalError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.sequence import model_key
 from serve_app.service.catalog import ModelVersionEntry
 from serve_app.transport import ChannelClient
+from serve_app.transport.sequence_port import ChannelPool, ChannelSequencePort, RouterLink
 
 logger = logging.getLogger("serve_app")
 
@@ -56,12 +62,27 @@ class RayModelExecutor:
         *,
         inflight_per_instance: int,
         channel_token: bytes = b"",
+        direct: bool = True,
+        router: Any = None,
     ) -> None:
-        """``groups``: for each (model, version), its deployments' (name, handle, replica count)."""
+        """``groups``: for each (model, version), its deployments' (name, handle, replica count).
+        ``direct``: batches go over channels (else Serve handles); ``router``: the sequence router's handle."""
         self._groups = {key: [_Group(n, h, r) for n, h, r in gs] for key, gs in groups.items()}
         self._per_instance = max(1, inflight_per_instance)
-        self._token = channel_token
+        self._token = channel_token if direct else b""
         self._refresher: asyncio.Task[None] | None = None
+        self._pool = ChannelPool(channel_token)
+        self._router = RouterLink(self._router_address, self._pool) if router is not None else None
+        self._router_handle = router
+
+    async def _router_address(self) -> tuple[str, int]:
+        address: tuple[str, int] = await self._router_handle.address.remote()
+        return address
+
+    def sequence_port(self, entry: ModelVersionEntry) -> ChannelSequencePort:
+        if self._router is None:
+            raise InternalError(f"model '{entry.name}' has sequence batching but no sequence router runs")
+        return ChannelSequencePort(model_key(entry.name, entry.version), self._router, self._pool)
 
     async def start(self) -> None:
         """Open channels to every replica that has one, and keep them current."""
@@ -133,6 +154,7 @@ class RayModelExecutor:
             group.refreshing = None
 
     def close(self) -> None:
+        self._pool.close()
         if self._refresher is not None:
             self._refresher.cancel()
         for gs in self._groups.values():

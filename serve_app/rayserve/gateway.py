@@ -42,7 +42,7 @@ class GatewaySpec:
     settings: ServerSettings
     served: tuple[ServedVersion, ...]
     failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (model, reason)
-    channel_token: bytes = b""  # shared with the model replicas; empty: no direct channels
+    channel_token: bytes = b""  # shared with the model replicas and the sequence router
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -65,7 +65,7 @@ def _uvicorn(app: Any, sock: socket.socket) -> tuple[Any, asyncio.Task[None]]:
 
 
 class Gateway:
-    async def __init__(self, spec: GatewaySpec, handles: dict[str, Any]) -> None:
+    async def __init__(self, spec: GatewaySpec, handles: dict[str, Any], router: Any = None) -> None:
         from serve_app.grpc_server import start_grpc_server
         from serve_app.http_server import build_http_app, build_metrics_app
 
@@ -91,7 +91,11 @@ class Gateway:
         self.catalog = catalog
         s = spec.settings
         self.executor = RayModelExecutor(
-            groups, inflight_per_instance=s.max_inflight_per_instance, channel_token=spec.channel_token
+            groups,
+            inflight_per_instance=s.max_inflight_per_instance,
+            channel_token=spec.channel_token,
+            direct=s.direct_channel,
+            router=router,
         )
         self.service = InferenceService(catalog, self.executor)
         if s.gateway_replicas > 1:

@@ -7,8 +7,39 @@ from concurrent.futures import ThreadPoolExecutor
 
 from serve_app.errors import InternalError
 from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.sequence import (
+    Assignment,
+    CorrId,
+    InstanceEvents,
+    SequenceStep,
+    SlotEvent,
+    StepResult,
+    model_key,
+)
 from serve_app.runtime.instance import ModelInstance
+from serve_app.runtime.sequence_instance import SequenceInstance
+from serve_app.scheduling.sequence_batcher import SequenceBatchingConfig
+from serve_app.scheduling.sequence_router import SequenceRouter
 from serve_app.service.catalog import ModelVersionEntry
+
+
+class LocalSequencePort:
+    """A sequence model's router and instance in this process: the same logic as on Ray, called directly."""
+
+    def __init__(self, key: str, router: SequenceRouter, instance: SequenceInstance) -> None:
+        self._key = key
+        self._router = router
+        self.instance = instance
+
+    async def assign(self, corr_id: CorrId) -> Assignment:
+        return await self._router.assign(self._key, corr_id)
+
+    async def lookup(self, corr_id: CorrId) -> Assignment:
+        return await self._router.lookup(self._key, corr_id)
+
+    async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        # A task starts in creation order and queues its step before its first await: steps keep their order.
+        return asyncio.ensure_future(self.instance.step(step))
 
 
 class LocalModelExecutor:
@@ -17,14 +48,41 @@ class LocalModelExecutor:
     def __init__(self, instances: dict[tuple[str, int], ModelInstance]) -> None:
         self._instances = instances
         self._threads = {key: ThreadPoolExecutor(max_workers=1) for key in instances}
+        self.router = SequenceRouter()
+        self._ports: dict[tuple[str, int], LocalSequencePort] = {}
 
     def capacity(self, entry: ModelVersionEntry) -> int:
         return 1
 
-    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]:
-        key = (entry.name, entry.version)
-        instance = self._instances.get(key)
+    def _instance(self, entry: ModelVersionEntry) -> ModelInstance:
+        instance = self._instances.get((entry.name, entry.version))
         if instance is None:
             raise InternalError(f"model '{entry.name}' version {entry.version} is not loaded here")
+        return instance
+
+    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]:
+        instance = self._instance(entry)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads[key], instance.run_all, executions)
+        return await loop.run_in_executor(self._threads[(entry.name, entry.version)], instance.run_all, executions)
+
+    def sequence_port(self, entry: ModelVersionEntry) -> LocalSequencePort:
+        port = self._ports.get((entry.name, entry.version))
+        if port is not None:
+            return port
+        instance = self._instance(entry)
+        thread = self._threads[(entry.name, entry.version)]
+        key, instance_id = model_key(entry.name, entry.version), f"local-{entry.name}-{entry.version}"
+
+        async def run(execution: Execution) -> ExecutionResult:
+            return await asyncio.get_running_loop().run_in_executor(thread, instance.run, execution)
+
+        def released(events: list[SlotEvent]) -> None:
+            self.router.released(key, InstanceEvents(instance_id, tuple(events)))
+
+        seq = SequenceInstance(
+            entry.config, instance.ctx.model_file.parent.parent, run, instance_id=instance_id, on_release=released
+        )
+        self.router.add_model(key, entry.name, SequenceBatchingConfig.from_model_config(entry.config).slots)
+        self.router.instance_up(key, instance_id, ("local", 0))
+        port = self._ports[(entry.name, entry.version)] = LocalSequencePort(key, self.router, seq)
+        return port

@@ -15,6 +15,7 @@ from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.inference.validate import validate_request
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.model_scheduler import ModelScheduler
+from serve_app.scheduling.sequence_scheduler import SequencePort, SequenceScheduler
 from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
 from serve_app.stats import ModelStats
 
@@ -32,6 +33,10 @@ class ModelExecutor(Protocol):
         ...
 
     async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]: ...
+
+    def sequence_port(self, entry: ModelVersionEntry) -> SequencePort:
+        """How a sequence model's steps reach the router and its instances."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +89,7 @@ class InferenceService:
         self.executor = executor
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
-        self._schedulers: dict[tuple[str, int], ModelScheduler] = {}
+        self._schedulers: dict[tuple[str, int], ModelScheduler | SequenceScheduler] = {}
         # Where statistics come from: this process's schedulers, unless a host aggregates several.
         self.stats_source: StatsSource = self._local_stats
 
@@ -148,10 +153,13 @@ class InferenceService:
         request.model_version = str(entry.version)
         return await self.scheduler(entry).submit(request, batch_size, arrival)
 
-    def scheduler(self, entry: ModelVersionEntry) -> ModelScheduler:
+    def scheduler(self, entry: ModelVersionEntry) -> ModelScheduler | SequenceScheduler:
         key = (entry.name, entry.version)
         sched = self._schedulers.get(key)
-        if sched is None:
+        if sched is None and entry.config.HasField("sequence_batching"):
+            sched = SequenceScheduler(entry.config, entry.signature, self.executor.sequence_port(entry))
+            self._schedulers[key] = sched
+        elif sched is None:
             sched = ModelScheduler(
                 entry.config,
                 entry.signature,

@@ -9,8 +9,9 @@ through Serve and keeps the Serve handle as the path of last resort.
 
 Frames: ``!II`` (pickle length, buffer count), ``!Q`` per buffer length, the
 pickle, then the out-of-band buffers (numpy arrays' memory, written without
-copying and read back as zero-copy, read-only views).  Messages are
-``(call_id, payload)``; responses may come back in any order.  A client first
+copying and read back as zero-copy, read-only views).  Calls are
+``(call_id, payload)``; answers are ``(call_id, ok, result or error)`` and may
+come back in any order.  A client first
 sends the shared token; a server drops connections that don't.
 
 Only pickles from holders of the token are loaded, but like Ray's own ports the
@@ -29,7 +30,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from serve_app.errors import Unavailable
+from serve_app.errors import Unavailable, as_serve_error
 
 logger = logging.getLogger("serve_app")
 
@@ -72,6 +73,10 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
 Handler = Callable[[Any], Awaitable[Any]]
 
 
+class ChannelBroken(Unavailable):
+    """The connection itself failed (as opposed to an error the other side answered with)."""
+
+
 class ChannelServer:
     """Serves ``handler(payload)`` to authenticated clients; calls run concurrently."""
 
@@ -105,9 +110,12 @@ class ChannelServer:
             writer.close()
 
     async def _call(self, call_id: int, payload: Any, writer: asyncio.StreamWriter, lock: asyncio.Lock) -> None:
-        result = await self._handler(payload)
+        try:
+            message = (call_id, True, await self._handler(payload))
+        except Exception as exc:  # the caller gets the error; the connection stays up
+            message = (call_id, False, as_serve_error(exc))
         async with lock:
-            writer.writelines(encode((call_id, result)))
+            writer.writelines(encode(message))
             await writer.drain()
 
     def close(self) -> None:
@@ -135,28 +143,41 @@ class ChannelClient:
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
 
     async def call(self, payload: Any) -> Any:
+        fut = self.send(payload)
+        try:
+            await self._writer.drain()  # type: ignore[union-attr]
+        except ConnectionError:
+            pass  # the reader fails the call
+        return await fut
+
+    def send(self, payload: Any) -> asyncio.Future[Any]:
+        """Write one call now (calls are written in the order they are sent) and return its result's future."""
         if self.closed or self._writer is None:
-            raise Unavailable(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
         call_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = fut
         self.inflight += 1
-        try:
-            self._writer.writelines(encode((call_id, payload)))
-            await self._writer.drain()
-            return await fut
-        finally:
+
+        def done(_: asyncio.Future[Any]) -> None:
             self.inflight -= 1
             self._pending.pop(call_id, None)
+
+        fut.add_done_callback(done)
+        self._writer.writelines(encode((call_id, payload)))
+        return fut
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         reason = "connection closed"
         try:
             while True:
-                call_id, result = await read_message(reader)
+                call_id, ok, result = await read_message(reader)
                 fut = self._pending.get(call_id)
                 if fut is not None and not fut.done():
-                    fut.set_result(result)
+                    if ok:
+                        fut.set_result(result)
+                    else:
+                        fut.set_exception(result)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             reason = f"connection lost ({type(exc).__name__})"
         except Exception as exc:
@@ -167,7 +188,7 @@ class ChannelClient:
 
     def _fail(self, reason: str) -> None:
         self.closed = True
-        err = Unavailable(f"model instance at {self.address[0]}:{self.address[1]} is unavailable: {reason}")
+        err = ChannelBroken(f"the peer at {self.address[0]}:{self.address[1]} is unavailable: {reason}")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)

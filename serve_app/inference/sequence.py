@@ -1,0 +1,146 @@
+"""A request's place in a sequence, and what carries it to the instance that holds the sequence.
+
+Both protocols put ``sequence_id`` (an unsigned integer or a string),
+``sequence_start`` and ``sequence_end`` in the request's parameters;
+:func:`sequence_flags` reads and checks them once, with Triton's messages.
+A :class:`SequenceStep` is one request of a sequence on its way to its
+instance and slot; a :class:`StepResult` is what comes back.  Both are plain
+data so they cross the gateway-to-instance channel as one pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from serve_app.errors import InvalidArgument, ServeError
+from serve_app.inference.types import InferRequest
+
+CorrId = int | str
+_UINT64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceFlags:
+    corr_id: CorrId
+    start: bool
+    end: bool
+
+
+def _flag(request: InferRequest, key: str) -> bool:
+    value = request.parameters.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(
+            f"parameter '{key}' of the request for model '{request.model_name}' must be a boolean, got {value!r}"
+        )
+    return value
+
+
+def sequence_flags(request: InferRequest) -> SequenceFlags:
+    """The sequence parameters of a request to a sequence model, checked as Triton checks them."""
+    corr = request.parameters.get("sequence_id", 0)
+    if isinstance(corr, bool) or not isinstance(corr, (int, str)):
+        raise InvalidArgument(
+            f"parameter 'sequence_id' of the request for model '{request.model_name}' must be an unsigned integer "
+            f"or a string, got {corr!r}"
+        )
+    if isinstance(corr, int) and not 0 <= corr <= _UINT64_MAX:
+        raise InvalidArgument(
+            f"parameter 'sequence_id' of the request for model '{request.model_name}' must be an unsigned 64-bit "
+            f"integer, got {corr}"
+        )
+    start, end = _flag(request, "sequence_start"), _flag(request, "sequence_end")
+    if corr == 0 or corr == "":
+        raise InvalidArgument(
+            f"inference request to model '{request.model_name}' must specify a non-zero or non-empty correlation ID"
+        )
+    return SequenceFlags(corr, start, end)
+
+
+def describe(corr_id: CorrId) -> str:
+    """A correlation ID as Triton prints it in messages."""
+    return str(corr_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where a sequence lives: an instance (by id and channel address) and a slot in it.
+
+    ``generation`` is drawn anew each time a slot is given to a sequence, so an
+    instance can tell a current owner from a stale one with the same ID.
+    """
+
+    instance: str
+    address: tuple[str, int]
+    slot: int
+    generation: int
+
+
+@dataclass(slots=True)
+class SequenceStep:
+    """One request of a sequence, validated in the gateway, for the instance that holds the sequence."""
+
+    corr_id: CorrId
+    slot: int
+    generation: int
+    start: bool
+    end: bool
+    inputs: dict[str, np.ndarray]
+    outputs: tuple[str, ...]  # what the client wants back (state outputs are added by the instance)
+    batch_size: int  # 1, or 0 when the model does not batch
+
+
+@dataclass(slots=True)
+class StepResult:
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    error: ServeError | None = None
+    not_here: bool = False  # the instance does not hold this sequence in that slot (a stale assignment)
+    queue_ns: int = 0  # in the instance, from arrival to the start of its execution
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+    execution_batch: int = 0  # >0 on one step of each execution: the execution's size, for batch statistics
+
+
+# Messages to the sequence router (gateway -> router) and to instances (router -> instance).
+@dataclass(frozen=True, slots=True)
+class AssignRequest:
+    """START: a slot for the sequence (the one it holds if active); waits in the backlog when all are taken."""
+
+    model: str  # "<name>:<version>"
+    corr_id: CorrId
+
+
+@dataclass(frozen=True, slots=True)
+class LookupRequest:
+    """A step whose gateway does not know the sequence's place: where is it (waits while backlogged)?"""
+
+    model: str
+    corr_id: CorrId
+
+
+@dataclass(frozen=True, slots=True)
+class PollEvents:
+    """Router to instance: report slots released since the last poll (``snapshot``: every occupied slot)."""
+
+    snapshot: bool = False
+    wait_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SlotEvent:
+    slot: int
+    corr_id: CorrId
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceEvents:
+    instance: str
+    released: tuple[SlotEvent, ...] = ()
+    occupied: tuple[SlotEvent, ...] = ()  # with a snapshot
+
+
+def model_key(name: str, version: int | str) -> str:
+    return f"{name}:{version}"

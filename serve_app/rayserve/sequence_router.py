@@ -1,0 +1,125 @@
+"""The sequence router: one Serve deployment (one replica, a named Ray actor) for every sequence model.
+
+It holds the table of :class:`~serve_app.scheduling.sequence_router.SequenceRouter`:
+which instance and slot each live sequence has, and the backlog.  Gateways
+reach it over a direct channel (a START costs one round trip; the other steps
+of a sequence never touch it, see ``scheduling/sequence_scheduler.py``).
+
+It finds the sequence models' replicas with a Serve broadcast (every second
+until each model has its replicas, then every few seconds) and keeps one
+long poll open to each: freed slots come back on it, and a poll that breaks
+means the instance is gone, so its sequences are marked lost at once.  If
+this actor dies, Serve starts a new one, which rebuilds the table from the
+instances' snapshots of their occupied slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from serve_app.errors import as_serve_error
+from serve_app.inference.sequence import InstanceEvents, PollEvents
+from serve_app.scheduling.sequence_router import SequenceRouter
+from serve_app.transport import ChannelClient, ChannelServer
+
+logger = logging.getLogger("serve_app")
+
+DISCOVER_FAST_S = 1.0
+DISCOVER_SLOW_S = 5.0
+POLL_WAIT_S = 1.0
+POLL_TIMEOUT_S = 15.0  # a poll unanswered this long means the instance is gone (a hung node)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceModelSpec:
+    key: str  # "<name>:<version>"
+    name: str
+    slots_per_instance: int
+    deployments: tuple[tuple[str, int], ...]  # (Serve deployment name, replicas)
+
+
+class SequenceRouterDeployment:
+    async def __init__(self, models: tuple[SequenceModelSpec, ...], handles: dict[str, Any], token: bytes) -> None:
+        import ray
+
+        self.core = SequenceRouter()
+        self._models = models
+        self._handles = handles
+        self._token = token
+        self._watched: dict[str, asyncio.Task[None]] = {}  # instance id -> poll loop
+        for m in models:
+            self.core.add_model(m.key, m.name, m.slots_per_instance)
+        self._server = ChannelServer(self.core.handle, token)
+        self._address = await self._server.start(ray.util.get_node_ip_address())
+        self._discoverer = asyncio.get_running_loop().create_task(self._discover_forever())
+
+    async def address(self) -> tuple[str, int]:
+        return self._address
+
+    async def instances(self) -> dict[str, int]:
+        """Instances known per model (for tests and status)."""
+        return {m.key: len(self.core.assigner(m.key).instances()) for m in self._models}
+
+    async def check_health(self) -> None:
+        if self._discoverer.done():
+            raise RuntimeError("the sequence router stopped discovering instances")
+
+    # -- discovery -----------------------------------------------------------------------
+    async def _discover_forever(self) -> None:
+        while True:
+            complete = True
+            for m in self._models:
+                try:
+                    complete &= await self._discover(m)
+                except Exception:
+                    logger.exception("discovering the instances of %s failed", m.key)
+                    complete = False
+            await asyncio.sleep(DISCOVER_SLOW_S if complete else DISCOVER_FAST_S)
+
+    async def _discover(self, model: SequenceModelSpec) -> bool:
+        found = 0
+        for name, replicas in model.deployments:
+            answers = await self._handles[name].broadcast("sequence_address").results_async(return_exceptions=True)
+            for answer in answers:
+                if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+                    continue
+                instance, host, port = answer
+                found += 1
+                if instance not in self._watched:
+                    task = asyncio.get_running_loop().create_task(self._watch(model.key, instance, (host, int(port))))
+                    self._watched[instance] = task
+            if len(answers) < replicas:
+                found = -1
+        return found >= sum(r for _, r in model.deployments)
+
+    async def _watch(self, key: str, instance: str, address: tuple[str, int]) -> None:
+        client = ChannelClient(address)
+        up = False
+        reason = "its model instance stopped answering"
+        try:
+            await client.connect(self._token)
+            events: InstanceEvents = await asyncio.wait_for(client.call(PollEvents(snapshot=True)), POLL_TIMEOUT_S)
+            self.core.instance_up(key, instance, address, events.occupied)
+            up = True
+            logger.info("model %s: sequence instance %s at %s:%d", key, instance, *address)
+            while True:
+                events = await asyncio.wait_for(client.call(PollEvents(wait_s=POLL_WAIT_S)), POLL_TIMEOUT_S)
+                self.core.released(key, events)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = f"its model instance at {address[0]}:{address[1]} failed ({as_serve_error(exc).message})"
+        finally:
+            client.close()
+            if up:
+                self.core.instance_down(key, instance, reason)
+            self._watched.pop(instance, None)
+
+    async def __del__(self) -> None:
+        self._discoverer.cancel()
+        for task in self._watched.values():
+            task.cancel()
+        self._server.close()

@@ -1,0 +1,250 @@
+"""One instance of a sequence model: its slots, their queues, their implicit state, one execution at a time.
+
+Steps arrive from gateways already assigned to a slot (by the sequence
+router); the pure :class:`~serve_app.scheduling.sequence_batcher.SequenceBatcher`
+decides what runs next; this driver turns its rows into one
+:class:`~serve_app.inference.execution.Execution` (request inputs, control
+tensors, input states), runs it off the event loop, keeps the output states
+and answers each step.  Freed slots are reported to the router through
+:meth:`poll` (a long poll the router keeps open, which also tells it the
+instance is alive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from serve_app.errors import Unavailable, as_serve_error
+from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.sequence import (
+    InstanceEvents,
+    PollEvents,
+    SequenceStep,
+    SlotEvent,
+    StepResult,
+    describe,
+)
+from serve_app.inference.sequence_controls import RowControl, SequenceControls
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.runtime.sequence_state import ImplicitState
+from serve_app.scheduling.sequence_batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
+
+Run = Callable[[Execution], Awaitable[ExecutionResult]]
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    step: SequenceStep
+    future: asyncio.Future[StepResult]
+    arrival_ns: int
+
+
+class SequenceInstance:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        model_dir: Path,
+        run: Run,
+        *,
+        instance_id: str,
+        clock: Callable[[], int] = time.monotonic_ns,
+        on_release: Callable[[list[SlotEvent]], None] | None = None,
+    ) -> None:
+        """``on_release``: told of freed slots directly (in process), instead of through :meth:`poll`."""
+        self.id = instance_id
+        self.model_name = config.name
+        self.batcher: SequenceBatcher[_Job] = SequenceBatcher(SequenceBatchingConfig.from_model_config(config))
+        self.controls = SequenceControls.from_model_config(config)
+        self.state = ImplicitState(config, model_dir)
+        self._batched = config.max_batch_size > 0
+        self._run = run
+        self._clock = clock
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._released: list[SlotEvent] = []
+        self._events = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._on_release = on_release
+
+    # -- steps -------------------------------------------------------------------------
+    async def step(self, step: SequenceStep) -> StepResult:
+        """Queue one request in its slot and wait for its result."""
+        now = self._clock()
+        job = _Job(step, asyncio.get_running_loop().create_future(), now)
+        try:
+            displaced = self.batcher.enqueue(
+                step.slot,
+                step.corr_id,
+                step.generation,
+                job,
+                start=step.start,
+                end=step.end,
+                now_ns=now,
+                shape_key=self._shape_key(step),
+            )
+        except StaleStep:
+            return StepResult(not_here=True)
+        for p in displaced:
+            err = Unavailable(f"sequence {describe(p.item.step.corr_id)} lost its slot to a new sequence")
+            _resolve(p.item.future, StepResult(error=err))
+        self._pump()
+        return await job.future
+
+    def _shape_key(self, step: SequenceStep) -> object:
+        skip = 1 if self._batched else 0
+        return tuple(sorted((name, arr.shape[skip:]) for name, arr in step.inputs.items()))
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _pump(self) -> None:
+        now = self._clock()
+        self._report(self.batcher.expire_idle(now))
+        wait = 0
+        if not self._busy:
+            decision = self.batcher.next_batch(now)
+            if decision.rows:
+                self._busy = True
+                task = asyncio.get_running_loop().create_task(self._execute(decision.rows, now))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            wait = decision.wait_ns
+        idle = self.batcher.idle_wait_ns(now)
+        wait = min(w for w in (wait, idle) if w) if (wait or idle) else 0
+        self._arm(wait)
+
+    def _arm(self, wait_ns: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if wait_ns:
+            self._timer = asyncio.get_running_loop().call_later(wait_ns / 1e9, self._pump)
+
+    async def _execute(self, rows: list[Row[_Job]], dispatch_ns: int) -> None:
+        try:
+            for group in self._groups(rows):
+                execution = self._execution(group)
+                try:
+                    result = await self._run(execution)
+                except Exception as exc:  # the executor itself failed
+                    result = ExecutionResult(error=as_serve_error(exc))
+                self._answer(group, execution, result, dispatch_ns)
+        finally:
+            self._busy = False
+            self._report(self.batcher.finish(rows))
+            self._pump()
+
+    def _groups(self, rows: list[Row[_Job]]) -> list[list[Row[_Job]]]:
+        """Rows whose implicit states have different shapes can't share a tensor: run them apart."""
+        if not self.state:
+            return [rows]
+        groups: dict[object, list[Row[_Job]]] = {}
+        for row in rows:
+            if row.pending is None:
+                continue
+            states = self.state.row_states(row.slot, row.pending.item.step.start)
+            key = tuple(a.shape for a in states.values())
+            groups.setdefault(key, []).append(row)
+        if len(groups) == 1:
+            return [rows]  # keep the empty rows of a direct batch in place
+        return list(groups.values())
+
+    def _execution(self, rows: list[Row[_Job]]) -> Execution:
+        real = [r.pending.item.step for r in rows if r.pending is not None]
+        first = real[0]
+        inputs: dict[str, np.ndarray] = {}
+        controls = []
+        states: dict[str, list[np.ndarray]] = {}
+        for row in rows:
+            step = row.pending.item.step if row.pending is not None else None
+            controls.append(RowControl(step.start, step.end, True, step.corr_id) if step is not None else RowControl())
+            if self.state:
+                for name, arr in self.state.row_states(row.slot, step is None or step.start).items():
+                    states.setdefault(name, []).append(arr)
+        if not self._batched:
+            inputs.update(first.inputs)
+            for name, arrs in states.items():
+                inputs[name] = arrs[0]
+        else:
+            for name, ref in first.inputs.items():
+                parts = [
+                    row.pending.item.step.inputs[name] if row.pending is not None else np.zeros_like(ref)
+                    for row in rows
+                ]
+                inputs[name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+            for name, arrs in states.items():
+                inputs[name] = np.stack(arrs)
+        inputs.update(self.controls.tensors(controls, self._batched))
+        wanted: list[str] = []
+        for step in real:
+            for name in step.outputs:
+                if name not in wanted:
+                    wanted.append(name)
+        for name in self.state.output_names:
+            if name not in wanted:
+                wanted.append(name)
+        return Execution(inputs, tuple(wanted), len(rows) if self._batched else 0)
+
+    def _answer(self, rows: list[Row[_Job]], execution: Execution, result: ExecutionResult, dispatch_ns: int) -> None:
+        first = True
+        for index, row in enumerate(rows):
+            if row.pending is None:
+                continue
+            job = row.pending.item
+            res = StepResult(
+                queue_ns=dispatch_ns - job.arrival_ns + result.wait_ns,
+                compute_input_ns=result.compute_input_ns,
+                compute_infer_ns=result.compute_infer_ns,
+                compute_output_ns=result.compute_output_ns,
+            )
+            if first:
+                res.execution_batch = max(1, execution.batch_size)
+                first = False
+            if result.error is not None:
+                res.error = result.error
+            else:
+                outs = result.outputs
+                if self._batched:
+                    res.outputs = {n: outs[n][index : index + 1] for n in job.step.outputs}
+                else:
+                    res.outputs = {n: outs[n] for n in job.step.outputs}
+                if self.state:
+                    self.state.store(row.slot, outs, index if self._batched else None)
+            _resolve(job.future, res)
+
+    # -- slot events for the router -----------------------------------------------------------
+    def _report(self, released: list[SlotEvent]) -> None:
+        if not released:
+            return
+        for e in released:
+            self.state.drop(e.slot)
+        if self._on_release is not None:
+            self._on_release(released)
+            return
+        self._released.extend(released)
+        self._events.set()
+
+    async def poll(self, request: PollEvents) -> InstanceEvents:
+        """Slots freed since the last poll (waits up to ``wait_s`` for one); with ``snapshot``, also
+        every occupied slot, so that a restarted router can rebuild its table."""
+        if request.snapshot:
+            self._released.clear()
+            self._events.clear()
+            return InstanceEvents(self.id, (), tuple(self.batcher.occupied()))
+        if not self._released:
+            try:
+                await asyncio.wait_for(self._events.wait(), request.wait_s)
+            except asyncio.TimeoutError:
+                pass
+        released, self._released = tuple(self._released), []
+        self._events.clear()
+        return InstanceEvents(self.id, released)
+
+
+def _resolve(future: asyncio.Future[StepResult], result: StepResult) -> None:
+    if not future.done():
+        future.set_result(result)

@@ -1,0 +1,87 @@
+"""Implicit state (``sequence_batching.state``): kept per slot in the instance that runs the sequence.
+
+The output state a model produces for request *i* of a sequence is fed back as
+its input state for request *i+1*.  A START request gets the initial state:
+``zero_data`` or ``data_file`` (raw row-major bytes under
+``<model>/initial_state/``) when configured, otherwise zeros with every
+variable dimension set to 1 (Triton leaves that buffer uninitialised; zeros
+are one of its possible contents).  The state is dropped when the sequence
+leaves its slot.  It lives in the instance's process, next to the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from serve_app import datatypes
+from serve_app.errors import InvalidConfig
+from serve_app.protos import model_config_pb2 as mc
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    input_name: str
+    output_name: str
+    initial: np.ndarray  # the state a START request gets (no batch dimension)
+
+
+def _initial(model: str, model_dir: Path, index: int, state: mc.ModelSequenceBatching.State) -> np.ndarray:
+    field = f"sequence_batching.state[{index}]"
+    dtype = datatypes.from_config(mc.DataType.Name(state.data_type)).numpy
+    if dtype == np.object_:
+        raise InvalidConfig(f"model '{model}': {field}.data_type: TYPE_STRING implicit state is not supported")
+    if not state.initial_state:
+        return np.zeros(tuple(1 if d < 0 else d for d in state.dims), dtype=dtype)
+    init = state.initial_state[0]
+    shape = tuple(int(d) for d in init.dims)
+    if any(d < 0 for d in shape):
+        raise InvalidConfig(f"model '{model}': {field}.initial_state[0].dims must be fixed, got {list(shape)}")
+    if init.WhichOneof("state_data") == "zero_data":
+        return np.zeros(shape, dtype=dtype)
+    base = (model_dir / "initial_state").resolve()
+    path = (base / init.data_file).resolve()
+    if not path.is_relative_to(base):
+        raise InvalidConfig(f"model '{model}': {field}.initial_state[0].data_file '{init.data_file}' is outside {base}")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InvalidConfig(
+            f"model '{model}': {field}.initial_state[0].data_file: cannot read '{path}': {exc.strerror}"
+        ) from None
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidConfig(
+            f"model '{model}': {field}.initial_state[0].data_file '{init.data_file}' holds {len(raw)} bytes, "
+            f"expected {expected} for dims {list(shape)}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+class ImplicitState:
+    def __init__(self, config: mc.ModelConfig, model_dir: Path) -> None:
+        self.specs = tuple(
+            StateSpec(s.input_name, s.output_name, _initial(config.name, model_dir, i, s))
+            for i, s in enumerate(config.sequence_batching.state)
+        )
+        self.output_names = tuple(s.output_name for s in self.specs)
+        self._values: dict[int, dict[str, np.ndarray]] = {}  # slot -> input name -> state (no batch dim)
+
+    def __bool__(self) -> bool:
+        return bool(self.specs)
+
+    def row_states(self, slot: int | None, start: bool) -> dict[str, np.ndarray]:
+        """The input states of one row: the initial ones at START (or for an empty row), else the slot's."""
+        held = None if start or slot is None else self._values.get(slot)
+        return {s.input_name: (held[s.input_name] if held else s.initial) for s in self.specs}
+
+    def store(self, slot: int, outputs: dict[str, np.ndarray], row: int | None) -> None:
+        """Keep the output states of one row (``row`` in a batch, or None for an unbatched model)."""
+        self._values[slot] = {
+            s.input_name: outputs[s.output_name] if row is None else outputs[s.output_name][row] for s in self.specs
+        }
+
+    def drop(self, slot: int) -> None:
+        self._values.pop(slot, None)

@@ -1,0 +1,206 @@
+"""A sequence model's scheduler in the gateway: route each step to its instance and slot, count it.
+
+Batching for sequence models happens in the instance (its slots are only
+visible there); the gateway's part is to find where a sequence lives and send
+each step there, in order:
+
+- a START asks the sequence router for a slot (waiting there while the
+  sequence is backlogged); the answer is cached, so the other steps of the
+  sequence go straight to their instance without asking the router;
+- a step whose gateway has no cached place asks the router where its
+  sequence is (another gateway may have started it);
+- an instance that answers "not here" (the sequence ended, timed out, or moved)
+  makes the gateway ask the router once more; if the router names the same
+  place, the step gets Triton's START-flag error;
+- steps of one sequence are handed to the transport in arrival order, so they
+  reach their slot's queue in order even when several are in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Protocol
+
+from serve_app.errors import InvalidArgument, ServeError, Unavailable
+from serve_app.inference.sequence import (
+    Assignment,
+    CorrId,
+    SequenceFlags,
+    SequenceStep,
+    StepResult,
+    describe,
+    sequence_flags,
+)
+from serve_app.inference.sequence_controls import SequenceControls
+from serve_app.inference.signature import ModelSignature
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.stats import ModelStats
+
+CACHE_SIZE = 100_000  # cached sequence places per model version (stale entries only cost a router lookup)
+
+
+class SequencePort(Protocol):
+    """How the gateway reaches the sequence router and the instances of one model version."""
+
+    async def assign(self, corr_id: CorrId) -> Assignment: ...
+
+    async def lookup(self, corr_id: CorrId) -> Assignment: ...
+
+    async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        """Hand ``step`` to its instance; returns once it is sent, with a future for its result."""
+        ...
+
+
+class SequenceScheduler:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        signature: ModelSignature,
+        port: SequencePort,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.signature = signature
+        self.stats = ModelStats(signature.name, signature.version)
+        self.controls = SequenceControls.from_model_config(config)
+        self._port = port
+        self._clock = clock
+        self._all_outputs = tuple(signature.outputs)
+        self._batched = signature.max_batch_size > 0
+        self._places: OrderedDict[CorrId, Assignment] = OrderedDict()
+        self._tails: dict[CorrId, asyncio.Future[None]] = {}
+
+    async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+        """Send a validated request to the slot of its sequence and wait for its response."""
+        model = self.signature.name
+        if batch_size > 1:
+            raise InvalidArgument(
+                f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence "
+                "batcher"
+            )
+        flags = sequence_flags(request)
+        self.controls.check_corr_id(flags.corr_id)
+        outputs = tuple(o.name for o in request.outputs) if request.outputs else self._all_outputs
+        step = SequenceStep(
+            flags.corr_id,
+            0,
+            0,
+            flags.start,
+            flags.end,
+            {t.name: t.data for t in request.inputs},
+            outputs,
+            batch_size,
+        )
+        self.stats.pending += 1
+        try:
+            result, sent_ns = await self._send(flags, step)
+        except ServeError:
+            self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
+        finally:
+            self.stats.pending -= 1
+        return self._complete(request, result, arrival_ns, sent_ns)
+
+    # -- routing ----------------------------------------------------------------------
+    async def _send(self, flags: SequenceFlags, step: SequenceStep) -> tuple[StepResult, int]:
+        corr = flags.corr_id
+        loop = asyncio.get_running_loop()
+        previous = self._tails.get(corr)
+        gate: asyncio.Future[None] = loop.create_future()
+        self._tails[corr] = gate
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            place = await self._place(corr, flags.start)
+            pending = await self._dispatch(place, step)
+        finally:
+            gate.set_result(None)
+            if self._tails.get(corr) is gate:
+                del self._tails[corr]
+        sent_ns = self._clock()
+        try:
+            result = await pending
+        except Unavailable as exc:
+            self._forget(corr)
+            raise self._lost(corr, exc) from None
+        if result.not_here and not flags.start:
+            self._forget(corr)
+            moved = await self._port.lookup(corr)
+            if moved == place:
+                raise self._not_started(corr) from None
+            self._remember(corr, moved)
+            try:
+                result = await (await self._dispatch(moved, step))
+            except Unavailable as exc:
+                self._forget(corr)
+                raise self._lost(corr, exc) from None
+            if result.not_here:
+                self._forget(corr)
+                raise self._not_started(corr)
+        if flags.end:
+            self._forget(corr)
+        return result, sent_ns
+
+    async def _place(self, corr: CorrId, start: bool) -> Assignment:
+        if start:
+            place = await self._port.assign(corr)
+        else:
+            cached = self._places.get(corr)
+            place = cached if cached is not None else await self._port.lookup(corr)
+        self._remember(corr, place)
+        return place
+
+    async def _dispatch(self, place: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        step.slot, step.generation = place.slot, place.generation
+        try:
+            return await self._port.dispatch(place, step)
+        except Unavailable as exc:
+            self._forget(step.corr_id)
+            raise self._lost(step.corr_id, exc) from None
+
+    def _remember(self, corr: CorrId, place: Assignment) -> None:
+        self._places[corr] = place
+        self._places.move_to_end(corr)
+        if len(self._places) > CACHE_SIZE:
+            self._places.popitem(last=False)
+
+    def _forget(self, corr: CorrId) -> None:
+        self._places.pop(corr, None)
+
+    def _lost(self, corr: CorrId, exc: Unavailable) -> Unavailable:
+        return Unavailable(
+            f"sequence {describe(corr)} of model '{self.signature.name}' was lost: {exc.message}; send its next "
+            "request with the START flag to start it again"
+        )
+
+    def _not_started(self, corr: CorrId) -> InvalidArgument:
+        return InvalidArgument(
+            f"inference request for sequence {describe(corr)} to model '{self.signature.name}' must specify the "
+            "START flag on the first request of the sequence"
+        )
+
+    # -- completion ----------------------------------------------------------------------
+    def _complete(self, request: InferRequest, result: StepResult, arrival_ns: int, sent_ns: int) -> InferResponse:
+        now, now_ms = self._clock(), time.time_ns() // 1_000_000
+        ci, cf, co = result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns
+        if result.execution_batch:
+            self.stats.record_execution(result.execution_batch, ci, cf, co)
+        if result.error is not None:
+            self.stats.record_failure("BACKEND", now - arrival_ns, now_ms, executed_ns=cf + co)
+            raise result.error
+        sig = self.signature
+        outputs = [
+            InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(arr.shape), arr)
+            for name, arr in result.outputs.items()
+        ]
+        queue_ns = sent_ns - arrival_ns + result.queue_ns
+        self.stats.record_success(1, now - arrival_ns, queue_ns, ci, cf, co, now_ms)
+        return InferResponse(sig.name, sig.version, request.id, outputs)
+
+    @property
+    def queued(self) -> int:
+        return self.stats.pending
