@@ -190,10 +190,14 @@ def _complete_io(
         config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
         if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
             config.dynamic_batching.SetInParent()
+    # The sequence batcher feeds control and state inputs itself: they are not the client's inputs.
+    sb = config.sequence_batching
+    fed = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
     for kind, ios, infos in (("input", config.input, inputs), ("output", config.output, outputs)):
         if not ios:
             for info in infos:
-                ios.add(name=info.name)
+                if kind == "output" or info.name not in fed:
+                    ios.add(name=info.name)
         by_name = {info.name: info for info in infos}
         for i, io in enumerate(ios):
             info = by_name.get(io.name)
