@@ -68,7 +68,10 @@ def params_from_pb(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamVa
         which = p.WhichOneof("parameter_choice")
         if which is None:
             raise InvalidArgument(f"parameter '{key}' has no value")
-        out[key] = getattr(p, which)
+        value = getattr(p, which)
+        if key == "sequence_id" and which == "int64_param" and value < 0:
+            value += 2**64  # Triton reads int64_param as the uint64 correlation ID: IDs >= 2**63 come negative
+        out[key] = value
     return out
 
 

@@ -8,12 +8,14 @@ import re
 import secrets
 from typing import Any
 
+from serve_app.config import ENSEMBLE_PLATFORM
+from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.errors import ServeError
 from serve_app.inference.sequence import model_key
-from serve_app.placement import ClusterGpus, plan_replicas
+from serve_app.placement import ClusterGpus, ReplicaGroup, plan_replicas
 from serve_app.rayserve.gateway import GatewaySpec, ServedVersion
 from serve_app.rayserve.sequence_router import SequenceModelSpec, SequenceRouterDeployment
-from serve_app.repository import ModelRepository
+from serve_app.repository import ModelRepository, ModelSource
 from serve_app.scheduling.sequence_batcher import SequenceBatchingConfig
 from serve_app.settings import ServerSettings
 
@@ -56,18 +58,32 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
     failed: list[tuple[str, str]] = []
     bound: dict[str, Any] = {}
     sequence_models: list[SequenceModelSpec] = []
+    loaded: dict[str, ModelSource] = {}
+    plans: dict[str, list[ReplicaGroup]] = {}
     for name, source in repo.load_all().items():
-        if isinstance(source, ServeError):
-            report(f"model '{name}': failed to load: {source.message}")
-            failed.append((name, source.message))
-            continue
         try:
-            groups = plan_replicas(source.config, gpus, cpus_per_instance=settings.instance_cpus)
+            if isinstance(source, ServeError):
+                raise source
+            if source.config.platform != ENSEMBLE_PLATFORM:
+                plans[name] = plan_replicas(source.config, gpus, cpus_per_instance=settings.instance_cpus)
+            loaded[name] = source
         except ServeError as exc:
             report(f"model '{name}': failed to load: {exc.message}")
             failed.append((name, exc.message))
-            continue
+    configs = {n: s.config for n, s in loaded.items()}
+    problems = ensemble_problems(configs, {n: set(s.versions) for n, s in loaded.items()})
+    for name, source in loaded.items():
         config_bytes = source.config.SerializeToString()
+        if name in problems:
+            report(f"model '{name}': failed to load: {problems[name]}")
+            failed.append((name, problems[name]))
+            continue
+        if name not in plans:  # an ensemble: its steps run from the gateway, it has no instances
+            for version in source.versions:
+                served.append(ServedVersion(name, version, config_bytes, ()))
+                report(f"model '{name}' version {version}: ensemble of {', '.join(composing_models(source.config))}")
+            continue
+        groups = plans[name]
         for version, model_file in source.versions.items():
             names = []
             for idx, group in enumerate(groups):

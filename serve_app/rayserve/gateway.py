@@ -20,7 +20,7 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.service import InferenceService, ModelCatalog, ModelState, ModelVersionEntry
-from serve_app.service.catalog import FailedModel
+from serve_app.service.catalog import FailedModel, ensemble_readiness
 from serve_app.service.inference_service import StatsKey
 from serve_app.settings import ServerSettings
 from serve_app.stats import ModelStats
@@ -119,6 +119,7 @@ class Gateway:
                     reasons.append(reason)
             entry.state = ModelState.UNAVAILABLE if reasons else ModelState.READY
             entry.reason = "; ".join(reasons)
+        ensemble_readiness(self.catalog)
 
     async def _cluster_stats(self) -> dict[StatsKey, ModelStats]:
         """Every gateway replica's figures, added up: each replica batches its own share of requests."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +108,7 @@ class SequenceRouterDeployment:
             logger.info("model %s: sequence instance %s at %s:%d", key, instance, *address)
             while True:
                 events = await asyncio.wait_for(client.call(PollEvents(wait_s=POLL_WAIT_S)), POLL_TIMEOUT_S)
-                self.core.released(key, events)
+                self.core.released(key, events, time.monotonic_ns())
         except asyncio.CancelledError:
             raise
         except Exception as exc:

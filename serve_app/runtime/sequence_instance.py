@@ -127,12 +127,18 @@ class SequenceInstance:
     async def _execute(self, rows: list[Row[_Job]], dispatch_ns: int) -> None:
         try:
             for group in self._groups(rows):
-                execution = self._execution(group)
                 try:
-                    result = await self._run(execution)
-                except Exception as exc:  # the executor itself failed
-                    result = ExecutionResult(error=as_serve_error(exc))
-                self._answer(group, execution, result, dispatch_ns)
+                    execution = self._execution(group)
+                    try:
+                        result = await self._run(execution)
+                    except Exception as exc:  # the model failed: the execution still counts
+                        result = ExecutionResult(error=as_serve_error(exc))
+                    self._answer(group, execution, result, dispatch_ns)
+                except Exception as exc:  # whatever failed, every step of the group gets an answer
+                    err = as_serve_error(exc)
+                    for row in group:
+                        if row.pending is not None:
+                            _resolve(row.pending.item.future, StepResult(error=err))
         finally:
             self._busy = False
             self._report(self.batcher.finish(rows))
@@ -156,23 +162,32 @@ class SequenceInstance:
     def _execution(self, rows: list[Row[_Job]]) -> Execution:
         real = [r.pending.item.step for r in rows if r.pending is not None]
         first = real[0]
+        controls = [
+            RowControl(r.pending.item.step.start, r.pending.item.step.end, True, r.pending.item.step.corr_id)
+            if r.pending is not None
+            else RowControl()
+            for r in rows
+        ]
         inputs: dict[str, np.ndarray] = {}
-        controls = []
         states: dict[str, list[np.ndarray]] = {}
-        for row in rows:
-            step = row.pending.item.step if row.pending is not None else None
-            controls.append(RowControl(step.start, step.end, True, step.corr_id) if step is not None else RowControl())
-            if self.state:
-                for name, arr in self.state.row_states(row.slot, step is None or step.start).items():
+        if self.state:
+            # Empty rows get zeros shaped like the real rows' states (which agree: see _groups).
+            real_states = {
+                id(r): self.state.row_states(r.slot, r.pending.item.step.start) for r in rows if r.pending is not None
+            }
+            ref = next(iter(real_states.values()))
+            for r in rows:
+                row_states = real_states.get(id(r)) or {n: np.zeros_like(a) for n, a in ref.items()}
+                for name, arr in row_states.items():
                     states.setdefault(name, []).append(arr)
         if not self._batched:
             inputs.update(first.inputs)
             for name, arrs in states.items():
                 inputs[name] = arrs[0]
         else:
-            for name, ref in first.inputs.items():
+            for name, ref_in in first.inputs.items():
                 parts = [
-                    row.pending.item.step.inputs[name] if row.pending is not None else np.zeros_like(ref)
+                    row.pending.item.step.inputs[name] if row.pending is not None else np.zeros_like(ref_in)
                     for row in rows
                 ]
                 inputs[name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
@@ -229,20 +244,18 @@ class SequenceInstance:
         self._events.set()
 
     async def poll(self, request: PollEvents) -> InstanceEvents:
-        """Slots freed since the last poll (waits up to ``wait_s`` for one); with ``snapshot``, also
-        every occupied slot, so that a restarted router can rebuild its table."""
+        """Slots freed since the last poll (waits up to ``wait_s`` for one) and every occupied slot (with
+        ``snapshot``, at once: a restarted router rebuilds its table from it)."""
         if request.snapshot:
             self._released.clear()
-            self._events.clear()
-            return InstanceEvents(self.id, (), tuple(self.batcher.occupied()))
-        if not self._released:
+        elif not self._released:
             try:
                 await asyncio.wait_for(self._events.wait(), request.wait_s)
             except asyncio.TimeoutError:
                 pass
         released, self._released = tuple(self._released), []
         self._events.clear()
-        return InstanceEvents(self.id, released)
+        return InstanceEvents(self.id, released, tuple(self.batcher.occupied()))
 
 
 def _resolve(future: asyncio.Future[StepResult], result: StepResult) -> None:

@@ -6,7 +6,8 @@ maps, lifted out of the instances so that it spans replicas and nodes):
 - a START for a new correlation ID takes a free slot on the instance with the
   most free slots (lowest slot first), or joins the ordered backlog when every
   slot is taken;
-- a START for an active ID keeps its slot (the instance restarts the sequence);
+- a START for an active ID keeps its slot under a new generation (the instance
+  restarts the sequence after its queued requests);
 - when an instance releases a slot (END executed, or idle timeout) the oldest
   backlogged sequence gets it;
 - when an instance is lost, its sequences are remembered as lost, so their next
@@ -21,7 +22,7 @@ from __future__ import annotations
 import heapq
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from serve_app.errors import InvalidArgument, Unavailable
 from serve_app.inference.sequence import Assignment, CorrId, SlotEvent, describe
@@ -35,12 +36,15 @@ class _Instance:
     address: tuple[str, int]
     free: list[int]  # heap of free slots
     owners: dict[int, CorrId] = field(default_factory=dict)
+    unseen: dict[int, int] = field(default_factory=dict)  # slot -> since when its instance has not held it
 
 
 class SequenceAssigner:
-    def __init__(self, model_name: str, slots_per_instance: int) -> None:
+    def __init__(self, model_name: str, slots_per_instance: int, grace_ns: int = 10_000_000_000) -> None:
+        """``grace_ns``: how long a slot given here may stay unknown to its instance (see :meth:`reconcile`)."""
         self.model_name = model_name
         self.slots = max(1, slots_per_instance)
+        self.grace_ns = grace_ns
         self._instances: dict[str, _Instance] = {}
         self.active: dict[CorrId, Assignment] = {}
         self._backlog: OrderedDict[CorrId, None] = OrderedDict()
@@ -63,8 +67,10 @@ class SequenceAssigner:
         heapq.heapify(inst.free)
         self._instances[instance] = inst
         for e in occupied:
-            if e.slot in taken and e.corr_id not in self.active:
-                inst.owners[e.slot] = e.corr_id
+            if e.slot not in taken:
+                continue
+            inst.owners[e.slot] = e.corr_id  # held until the instance releases it, even if the ID lives elsewhere
+            if e.corr_id not in self.active:
                 self.active[e.corr_id] = Assignment(instance, address, e.slot, e.generation)
         return self._admit()
 
@@ -85,7 +91,11 @@ class SequenceAssigner:
         self._lost.pop(corr_id, None)
         current = self.active.get(corr_id)
         if current is not None:
-            return current
+            # A restart keeps the slot under a new generation, so a release of the old one that is still
+            # on its way (END already ran) can't free the slot under the restarted sequence.
+            restarted = replace(current, generation=secrets.randbits(62))
+            self.active[corr_id] = restarted
+            return restarted
         if corr_id in self._backlog:
             return None
         inst = self._most_free()
@@ -124,12 +134,33 @@ class SequenceAssigner:
                 return []  # released by an older owner of the same ID: the current one keeps it
             del self.active[corr_id]
         del inst.owners[slot]
+        inst.unseen.pop(slot, None)
         heapq.heappush(inst.free, slot)
         return self._admit()
 
     def cancel(self, corr_id: CorrId) -> None:
         """Drop a backlogged sequence (its requests gave up)."""
         self._backlog.pop(corr_id, None)
+
+    def reconcile(self, instance: str, occupied: tuple[SlotEvent, ...], now_ns: int) -> list[tuple[CorrId, Assignment]]:
+        """Free slots given out here that the instance has not held for ``grace_ns`` (their START never
+        reached it: the client or its gateway went away).  Returns admitted backlog entries."""
+        inst = self._instances.get(instance)
+        if inst is None:
+            return []
+        held = {e.slot for e in occupied}
+        admitted: list[tuple[CorrId, Assignment]] = []
+        for slot, corr in list(inst.owners.items()):
+            if slot in held:
+                inst.unseen.pop(slot, None)
+                continue
+            since = inst.unseen.setdefault(slot, now_ns)
+            if now_ns - since >= self.grace_ns:
+                del inst.unseen[slot]
+                current = self.active.get(corr)
+                generation = current.generation if current is not None and current.instance == instance else 0
+                admitted += self.release(instance, slot, corr, generation)
+        return admitted
 
     @property
     def backlog(self) -> list[CorrId]:

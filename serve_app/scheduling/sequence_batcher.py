@@ -97,6 +97,7 @@ class Row(Generic[T]):
     slot: int
     corr_id: CorrId | None  # None: an unoccupied slot inside a direct batch
     pending: Pending[T] | None  # None: no request from this slot in this execution (READY false)
+    owner: object = None  # the slot's occupant when the row was formed
 
 
 @dataclass(slots=True)
@@ -109,6 +110,9 @@ class SequenceBatcher(Generic[T]):
     def __init__(self, config: SequenceBatchingConfig) -> None:
         self.config = config
         self._slots: list[_Slot[T] | None] = [None] * config.slots
+        # The generation each slot last released: a late START of that owner (sent before the router
+        # learnt of the release) must not take the slot back, or the router would give it out twice.
+        self._released: list[int] = [0] * config.slots
         self._max_preferred = max(config.preferred, default=config.max_batch_size)
 
     # -- admission -----------------------------------------------------------------
@@ -124,8 +128,9 @@ class SequenceBatcher(Generic[T]):
         now_ns: int,
         shape_key: object = None,
     ) -> list[Pending[T]]:
-        """Queue a step in its slot.  A START with a new generation takes the slot over and returns the
-        requests of the previous owner that will never run.  Raises :class:`StaleStep` for a step of a
+        """Queue a step in its slot.  A START with a new generation restarts the slot's sequence when the
+        ID is the same (its queued requests still run first); with another ID it takes the slot over and
+        returns the requests of the previous owner, which will never run.  Raises :class:`StaleStep` for a step of a
         sequence this slot does not hold."""
         if not 0 <= slot < len(self._slots):
             raise StaleStep(f"slot {slot} does not exist")
@@ -134,7 +139,11 @@ class SequenceBatcher(Generic[T]):
         displaced: list[Pending[T]] = []
         if not start and (current is None or not owned or current.ending):
             raise StaleStep(f"slot {slot} does not hold sequence {corr_id}")
-        if current is None or not owned:
+        if start and not owned and generation == self._released[slot]:
+            raise StaleStep(f"slot {slot} already released generation {generation}")
+        if current is not None and not owned and current.corr_id == corr_id:
+            current.generation = generation  # a restart: earlier requests still run first, then it starts anew
+        elif current is None or not owned:
             if current is not None:
                 displaced = list(current.queue)
             current = _Slot(corr_id, generation, now_ns)
@@ -168,9 +177,9 @@ class SequenceBatcher(Generic[T]):
                 rows.append(Row(i, None, None))
             elif s.queue and s.queue[0].shape_key == key:
                 s.inflight += 1
-                rows.append(Row(i, s.corr_id, s.queue.popleft()))
+                rows.append(Row(i, s.corr_id, s.queue.popleft(), s))
             else:
-                rows.append(Row(i, s.corr_id, None))
+                rows.append(Row(i, s.corr_id, None, s))
         return BatchDecision(rows)
 
     def _oldest(self, now_ns: int) -> BatchDecision[T]:
@@ -205,7 +214,7 @@ class SequenceBatcher(Generic[T]):
             s = self._slots[i]
             assert s is not None
             s.inflight += 1
-            rows.append(Row(i, s.corr_id, s.queue.popleft()))
+            rows.append(Row(i, s.corr_id, s.queue.popleft(), s))
         return BatchDecision(rows)
 
     # -- completion and expiry --------------------------------------------------------------
@@ -216,11 +225,12 @@ class SequenceBatcher(Generic[T]):
             if row.pending is None:
                 continue
             s = self._slots[row.slot]
-            if s is None or s.corr_id != row.corr_id:
+            if s is None or s is not row.owner:
                 continue
             s.inflight -= 1
             if row.pending.end and s.ending and not s.queue and s.inflight == 0:
                 self._slots[row.slot] = None
+                self._released[row.slot] = s.generation
                 released.append(SlotEvent(row.slot, s.corr_id, s.generation))
         return released
 
@@ -230,6 +240,7 @@ class SequenceBatcher(Generic[T]):
         for i, s in enumerate(self._slots):
             if s is not None and not s.queue and s.inflight == 0 and now_ns - s.last_ns >= self.config.idle_ns:
                 self._slots[i] = None
+                self._released[i] = s.generation
                 released.append(SlotEvent(i, s.corr_id, s.generation))
         return released
 

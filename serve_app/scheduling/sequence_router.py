@@ -32,8 +32,8 @@ class SequenceRouter:
         self._models: dict[str, SequenceAssigner] = {}
         self._waiters: dict[tuple[str, CorrId], list[asyncio.Future[Assignment]]] = {}
 
-    def add_model(self, key: str, model_name: str, slots_per_instance: int) -> None:
-        self._models.setdefault(key, SequenceAssigner(model_name, slots_per_instance))
+    def add_model(self, key: str, model_name: str, slots_per_instance: int, grace_ns: int = 10_000_000_000) -> None:
+        self._models.setdefault(key, SequenceAssigner(model_name, slots_per_instance, grace_ns))
 
     def assigner(self, key: str) -> SequenceAssigner:
         table = self._models.get(key)
@@ -59,8 +59,18 @@ class SequenceRouter:
 
     async def _wait(self, key: str, corr_id: CorrId) -> Assignment:
         future: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault((key, corr_id), []).append(future)
-        return await future
+        waiters = self._waiters.setdefault((key, corr_id), [])
+        waiters.append(future)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Its requests gave up: a backlogged sequence nobody waits for must not take a slot later.
+            if future in waiters:
+                waiters.remove(future)
+            if not waiters:
+                self._waiters.pop((key, corr_id), None)
+                self.assigner(key).cancel(corr_id)
+            raise
 
     # -- events from instances ----------------------------------------------------------------
     def instance_up(
@@ -73,10 +83,14 @@ class SequenceRouter:
         if lost:
             logger.warning("model %s: %d sequence(s) lost with instance %s: %s", key, len(lost), instance, reason)
 
-    def released(self, key: str, events: InstanceEvents) -> None:
+    def released(self, key: str, events: InstanceEvents, now_ns: int | None = None) -> None:
+        """Slots an instance freed; with ``now_ns``, ``events.occupied`` is its full list of held slots
+        and slots given out but never taken up are reclaimed after the grace period."""
         table = self.assigner(key)
         for e in events.released:
             self._admitted(key, table.release(events.instance, e.slot, e.corr_id, e.generation))
+        if now_ns is not None:
+            self._admitted(key, table.reconcile(events.instance, events.occupied, now_ns))
 
     def _admitted(self, key: str, admitted: list[tuple[CorrId, Assignment]]) -> None:
         for corr_id, assignment in admitted:

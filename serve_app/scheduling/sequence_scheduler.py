@@ -127,14 +127,21 @@ class SequenceScheduler:
         except Unavailable as exc:
             self._forget(corr)
             raise self._lost(corr, exc) from None
-        if result.not_here and not flags.start:
+        if result.not_here and flags.start:  # not expected: a START's place comes from the router itself
+            self._forget(corr)
+            raise Unavailable(
+                f"sequence {describe(corr)} of model '{self.signature.name}' could not start in the slot the "
+                "sequence router gave it; send the START again"
+            )
+        if result.not_here:
             self._forget(corr)
             moved = await self._port.lookup(corr)
             if moved == place:
                 raise self._not_started(corr) from None
             self._remember(corr, moved)
+            retry = await self._dispatch(moved, step)
             try:
-                result = await (await self._dispatch(moved, step))
+                result = await retry
             except Unavailable as exc:
                 self._forget(corr)
                 raise self._lost(corr, exc) from None

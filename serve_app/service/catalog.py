@@ -84,3 +84,26 @@ class ModelCatalog:
         if entry.state is not ModelState.READY:
             raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
         return entry
+
+
+def ensemble_readiness(catalog: ModelCatalog) -> None:
+    """An ensemble is ready only when every model its steps use is: mark the others UNAVAILABLE."""
+    from serve_app.config import ENSEMBLE_PLATFORM
+
+    changed = True
+    while changed:
+        changed = False
+        for entry in catalog.all_entries():
+            if entry.config.platform != ENSEMBLE_PLATFORM or entry.state is not ModelState.READY:
+                continue
+            for step in entry.config.ensemble_scheduling.step:
+                version = str(step.model_version) if step.model_version >= 0 else ""
+                try:
+                    ready = catalog.resolve(step.model_name, version).state is ModelState.READY
+                except Exception:
+                    ready = False
+                if not ready:
+                    entry.state = ModelState.UNAVAILABLE
+                    entry.reason = f"composing model '{step.model_name}' is not ready"
+                    changed = True
+                    break

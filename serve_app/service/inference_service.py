@@ -8,12 +8,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.errors import InvalidArgument
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.inference.validate import validate_request
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.scheduling.sequence_scheduler import SequencePort, SequenceScheduler
 from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
@@ -22,6 +24,7 @@ from serve_app.stats import ModelStats
 EXTENSIONS: tuple[str, ...] = ("binary_tensor_data", "model_configuration", "parameters", "statistics")
 
 StatsKey = tuple[str, str]  # (model, version)
+Scheduler = ModelScheduler | SequenceScheduler | EnsembleScheduler
 StatsSource = Callable[[], Awaitable[dict[StatsKey, ModelStats]]]
 
 
@@ -89,7 +92,7 @@ class InferenceService:
         self.executor = executor
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
-        self._schedulers: dict[tuple[str, int], ModelScheduler | SequenceScheduler] = {}
+        self._schedulers: dict[tuple[str, int], Scheduler] = {}
         # Where statistics come from: this process's schedulers, unless a host aggregates several.
         self.stats_source: StatsSource = self._local_stats
 
@@ -153,10 +156,14 @@ class InferenceService:
         request.model_version = str(entry.version)
         return await self.scheduler(entry).submit(request, batch_size, arrival)
 
-    def scheduler(self, entry: ModelVersionEntry) -> ModelScheduler | SequenceScheduler:
+    def scheduler(self, entry: ModelVersionEntry) -> Scheduler:
+        """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""
         key = (entry.name, entry.version)
         sched = self._schedulers.get(key)
-        if sched is None and entry.config.HasField("sequence_batching"):
+        if sched is None and entry.config.platform == ENSEMBLE_PLATFORM:
+            sched = EnsembleScheduler(entry.config, entry.signature, self.infer)
+            self._schedulers[key] = sched
+        elif sched is None and entry.config.HasField("sequence_batching"):
             sched = SequenceScheduler(entry.config, entry.signature, self.executor.sequence_port(entry))
             self._schedulers[key] = sched
         elif sched is None:

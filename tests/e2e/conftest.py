@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import example_models
 import pytest
 
+from tests.e2e import sequence_models
 from tests.e2e.models import identity_all, slow_identity
 
 STARTUP_TIMEOUT_S = 240
@@ -73,6 +74,7 @@ def build_repository(repo: pathlib.Path) -> None:
     (broken / "1").mkdir(parents=True)
     shutil.copy(repo / "add_sub" / "1" / "model.onnx", broken / "1" / "model.onnx")
     (broken / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
+    sequence_models.build_all(repo)  # seq_* models for test_sequence.py (sequence batcher)
 
 
 def _ready(http_url: str) -> bool:
@@ -99,7 +101,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--http-port", str(http_port),
         "--grpc-port", str(grpc_port),
         "--metrics-port", str(metrics_port),
-        "--num-cpus", "8",
+        "--num-cpus", "16",
         "--instance-cpus", "0.5",
         "--object-store-memory", str(256 * 1024 * 1024),
     ]  # fmt: skip

@@ -1,0 +1,439 @@
+"""SequenceScheduler (the gateway's side of a sequence model) over a fake SequencePort: routing through the
+router and the cached place, retries on "not here", lost instances, ordering, errors and statistics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from serve_app.errors import InternalError, InvalidArgument, ServeError, Unavailable
+from serve_app.inference.sequence import Assignment, CorrId, SequenceStep, StepResult
+from serve_app.inference.signature import ModelSignature
+from serve_app.inference.types import InferRequest, InferTensor, ParamValue, RequestedOutput
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.scheduling.sequence_scheduler import SequenceScheduler
+
+START_FLAG = (
+    "inference request for sequence {} to model 'seq' must specify the START flag on the first request of the sequence"
+)
+
+
+def config(corrid: str = "TYPE_UINT64", max_batch_size: int = 4) -> mc.ModelConfig:
+    text = f"""
+        name: "seq"
+        max_batch_size: {max_batch_size}
+        input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+        output [ {{ name: "DOUBLE" data_type: TYPE_INT32 dims: [ 1 ] }},
+                 {{ name: "NEG" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+        sequence_batching {{
+          direct {{ }}
+          control_input [ {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {corrid} }} ] }} ]
+        }}
+    """
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def place(slot: int, generation: int = 1, instance: str = "A") -> Assignment:
+    return Assignment(instance, (instance.lower(), 1), slot, generation)
+
+
+Handler = Callable[[Assignment, SequenceStep], "StepResult | Exception"]
+
+
+def compute(assignment: Assignment, step: SequenceStep) -> StepResult:
+    x = step.inputs["INPUT"]
+    outputs = {"DOUBLE": x * 2, "NEG": -x}
+    return StepResult(
+        outputs={n: outputs[n] for n in step.outputs},
+        queue_ns=100,
+        compute_input_ns=1,
+        compute_infer_ns=2,
+        compute_output_ns=3,
+        execution_batch=1,
+    )
+
+
+class FakePort:
+    """Router and instances: ``table`` is the router's view; ``handler`` answers each dispatched step (an
+    exception result is raised by the step's future); ``dispatch_raises`` makes the hand-over itself fail."""
+
+    def __init__(self) -> None:
+        self.table: dict[CorrId, Assignment] = {}
+        self.calls: list[tuple] = []
+        self.assign_gates: dict[CorrId, asyncio.Event] = {}
+        self.handler: Handler = compute
+        self.dispatch_raises: Exception | None = None
+        self.next_slot = 0
+
+    async def assign(self, corr_id: CorrId) -> Assignment:
+        self.calls.append(("assign", corr_id))
+        gate = self.assign_gates.get(corr_id)
+        if gate is not None:
+            await gate.wait()
+        if corr_id not in self.table:
+            self.table[corr_id] = place(self.next_slot, generation=100 + self.next_slot)
+            self.next_slot += 1
+        return self.table[corr_id]
+
+    async def lookup(self, corr_id: CorrId) -> Assignment:
+        self.calls.append(("lookup", corr_id))
+        if corr_id not in self.table:
+            raise InvalidArgument(START_FLAG.format(corr_id))
+        return self.table[corr_id]
+
+    async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        self.calls.append(("dispatch", step.corr_id, assignment.slot, step.slot, step.generation, step.start, step.end))
+        if self.dispatch_raises is not None:
+            raise self.dispatch_raises
+        future: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
+        answer = self.handler(assignment, step)
+        if isinstance(answer, Exception):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)
+        return future
+
+    def kinds(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+
+def scheduler(port: FakePort, cfg: mc.ModelConfig | None = None, clock: FakeClock | None = None) -> SequenceScheduler:
+    cfg = cfg or config()
+    return SequenceScheduler(cfg, ModelSignature.from_config(cfg, "1"), port, clock=clock or FakeClock())
+
+
+def request(
+    corr: ParamValue | None, value: int = 1, *, start: bool = False, end: bool = False, outputs: tuple[str, ...] = ()
+) -> InferRequest:
+    params: dict[str, ParamValue] = {}
+    if corr is not None:
+        params["sequence_id"] = corr
+    if start:
+        params["sequence_start"] = True
+    if end:
+        params["sequence_end"] = True
+    return InferRequest(
+        "seq",
+        "1",
+        id=f"r{value}",
+        inputs=[InferTensor("INPUT", "INT32", (1, 1), np.array([[value]], dtype=np.int32))],
+        outputs=[RequestedOutput(n) for n in outputs],
+        parameters=params,
+    )
+
+
+async def submit(s: SequenceScheduler, req: InferRequest, batch_size: int = 1) -> dict[str, list[int]]:
+    resp = await s.submit(req, batch_size, 0)
+    assert (resp.model_name, resp.model_version, resp.id) == ("seq", "1", req.id)
+    return {t.name: t.data.ravel().tolist() for t in resp.outputs}
+
+
+# --------------------------------------------------------------------------- routing
+
+
+async def test_start_assigns_and_later_steps_use_the_cached_place() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    assert await submit(s, request(7, 1, start=True)) == {"DOUBLE": [2], "NEG": [-1]}
+    assert await submit(s, request(7, 2)) == {"DOUBLE": [4], "NEG": [-2]}
+    assert await submit(s, request(7, 3, end=True)) == {"DOUBLE": [6], "NEG": [-3]}
+    assert port.calls == [
+        ("assign", 7),
+        ("dispatch", 7, 0, 0, 100, True, False),
+        ("dispatch", 7, 0, 0, 100, False, False),
+        ("dispatch", 7, 0, 0, 100, False, True),
+    ]
+
+
+async def test_after_end_the_place_is_forgotten() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True, end=True))
+    del port.table[7]  # the router dropped it when the slot was released
+    with pytest.raises(InvalidArgument) as exc:
+        await submit(s, request(7))
+    assert exc.value.message == START_FLAG.format(7)
+    assert port.kinds() == ["assign", "dispatch", "lookup"]
+
+
+async def test_step_without_a_cached_place_asks_the_router() -> None:
+    port = FakePort()
+    port.table["abc"] = place(3, 42)  # started through another gateway
+    s = scheduler(port, config(corrid="TYPE_STRING"))
+    assert await submit(s, request("abc", 5)) == {"DOUBLE": [10], "NEG": [-5]}
+    assert await submit(s, request("abc", 6, end=True)) == {"DOUBLE": [12], "NEG": [-6]}
+    assert port.calls == [
+        ("lookup", "abc"),
+        ("dispatch", "abc", 3, 3, 42, False, False),
+        ("dispatch", "abc", 3, 3, 42, False, True),
+    ]
+
+
+async def test_every_start_asks_the_router() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    await submit(s, request(7, start=True))
+    assert port.kinds() == ["assign", "dispatch", "assign", "dispatch"]
+
+
+async def test_requested_outputs_only() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    assert await submit(s, request(7, 4, start=True, outputs=("NEG",))) == {"NEG": [-4]}
+    resp = await s.submit(request(7, 4), 1, 0)
+    assert [(t.name, t.datatype, t.shape) for t in resp.outputs] == [
+        ("DOUBLE", "INT32", (1, 1)),
+        ("NEG", "INT32", (1, 1)),
+    ]
+
+
+async def test_not_here_asks_the_router_once_and_retries_at_the_new_place() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.table[7] = place(2, 555, instance="B")  # moved (restarted elsewhere through another gateway)
+    port.handler = lambda a, st: StepResult(not_here=True) if a.instance == "A" else compute(a, st)
+    assert await submit(s, request(7, 3)) == {"DOUBLE": [6], "NEG": [-3]}
+    assert port.calls[2:] == [
+        ("dispatch", 7, 0, 0, 100, False, False),
+        ("lookup", 7),
+        ("dispatch", 7, 2, 2, 555, False, False),
+    ]
+    # The new place is cached.
+    await submit(s, request(7, 4))
+    assert port.calls[-1] == ("dispatch", 7, 2, 2, 555, False, False)
+    assert port.kinds().count("lookup") == 1
+
+
+async def test_not_here_at_the_same_place_is_the_start_flag_error() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.handler = lambda a, st: StepResult(not_here=True)
+    with pytest.raises(InvalidArgument) as exc:
+        await submit(s, request(7))
+    assert exc.value.message == START_FLAG.format(7)
+    assert port.kinds() == ["assign", "dispatch", "dispatch", "lookup"]
+
+
+async def test_not_here_twice_is_the_start_flag_error() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.table[7] = place(1, 777)
+    port.handler = lambda a, st: StepResult(not_here=True)
+    with pytest.raises(InvalidArgument, match="must specify the START flag"):
+        await submit(s, request(7))
+    assert port.kinds() == ["assign", "dispatch", "dispatch", "lookup", "dispatch"]
+    # Nothing cached: the next step asks the router again.
+    port.handler = compute
+    await submit(s, request(7))
+    assert port.kinds()[-2:] == ["lookup", "dispatch"]
+
+
+async def test_router_error_on_lookup_after_not_here() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.table.clear()  # the sequence ended or timed out: the router no longer knows it
+    port.handler = lambda a, st: StepResult(not_here=True)
+    with pytest.raises(InvalidArgument, match="must specify the START flag"):
+        await submit(s, request(7))
+
+
+async def test_start_answered_not_here_is_an_error() -> None:
+    port = FakePort()
+    port.handler = lambda a, st: StepResult(not_here=True)
+    s = scheduler(port)
+    with pytest.raises(ServeError):
+        await s.submit(request(7, start=True), 1, 0)
+
+
+async def test_unavailable_from_dispatch_is_lost() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.dispatch_raises = Unavailable("the channel to instance A is closed")
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7))
+    msg = exc.value.message
+    assert msg == (
+        "sequence 7 of model 'seq' was lost: the channel to instance A is closed; send its next request with the "
+        "START flag to start it again"
+    )
+    # The place is forgotten: the next step asks the router (which may know it as lost).
+    port.dispatch_raises = None
+    await submit(s, request(7))
+    assert port.kinds()[-2:] == ["lookup", "dispatch"]
+
+
+async def test_unavailable_from_the_result_is_lost() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.handler = lambda a, st: Unavailable("replica died")
+    with pytest.raises(Unavailable, match=r"sequence 7 of model 'seq' was lost: replica died; send its next"):
+        await submit(s, request(7))
+
+
+async def test_unavailable_when_retrying_at_the_new_place_is_lost() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.table[7] = place(1, 9, instance="B")
+    port.handler = lambda a, st: StepResult(not_here=True) if a.instance == "A" else Unavailable("B died")
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7))
+    assert "was lost: B died" in exc.value.message
+
+
+async def test_dispatch_failure_when_retrying_is_reported_once() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.table[7] = place(1, 9, instance="B")
+    port.handler = lambda a, st: StepResult(not_here=True)
+
+    real_dispatch = port.dispatch
+
+    async def dispatch(a: Assignment, st: SequenceStep) -> asyncio.Future[StepResult]:
+        if a.instance == "B":
+            raise Unavailable("B is gone")
+        return await real_dispatch(a, st)
+
+    port.dispatch = dispatch  # type: ignore[method-assign]
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7))
+    assert exc.value.message == (
+        "sequence 7 of model 'seq' was lost: B is gone; send its next request with the START flag to start it again"
+    )
+
+
+async def test_backend_error_in_the_result() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await submit(s, request(7, start=True))
+    port.handler = lambda a, st: StepResult(error=InternalError("onnxruntime failed"), execution_batch=2)
+    with pytest.raises(InternalError, match="onnxruntime failed"):
+        await submit(s, request(7))
+    st = s.stats
+    assert st.failures["BACKEND"] == 1 and st.failure_count == 1
+    assert st.execution_count == 2  # the failed execution still counts
+
+
+# --------------------------------------------------------------------------- request checks
+
+
+async def test_batch_size_two_rejected() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    with pytest.raises(InvalidArgument) as exc:
+        await s.submit(request(7, start=True), 2, 0)
+    assert exc.value.message == (
+        "inference request to model 'seq' must specify batch-size 1 due to requirements of sequence batcher"
+    )
+    assert port.calls == []
+
+
+@pytest.mark.parametrize("batch_size", [0, 1])
+async def test_batch_size_zero_or_one_accepted(batch_size: int) -> None:
+    port = FakePort()
+    s = scheduler(port)
+    await s.submit(request(7, start=True), batch_size, 0)
+    assert port.calls[-1][0] == "dispatch"
+
+
+async def test_missing_correlation_id() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    with pytest.raises(InvalidArgument, match="must specify a non-zero or non-empty correlation ID"):
+        await s.submit(request(None, start=True), 1, 0)
+    assert port.calls == []
+
+
+async def test_string_id_for_a_numeric_corrid() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    with pytest.raises(InvalidArgument, match="expects a TYPE_UINT64 correlation ID"):
+        await s.submit(request("abc", start=True), 1, 0)
+    assert port.calls == []
+
+
+# --------------------------------------------------------------------------- ordering
+
+
+async def test_steps_dispatched_in_order_while_the_start_waits_for_a_slot() -> None:
+    port = FakePort()
+    port.assign_gates[7] = asyncio.Event()
+    s = scheduler(port)
+    tasks = [asyncio.create_task(s.submit(request(7, i + 1, start=i == 0, end=i == 3), 1, 0)) for i in range(4)]
+    other = asyncio.create_task(s.submit(request(8, 9, start=True, end=True), 1, 0))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not any(t.done() for t in tasks)
+    assert other.done()  # another sequence does not wait behind 7
+    assert s.queued == 4
+    port.assign_gates[7].set()
+    responses = await asyncio.gather(*tasks)
+    assert [r.outputs[0].data.item() for r in responses] == [2, 4, 6, 8]
+    sevens = [c for c in port.calls if c[1] == 7]
+    assert [c[0] for c in sevens] == ["assign", "dispatch", "dispatch", "dispatch", "dispatch"]
+    assert [(c[5], c[6]) for c in sevens[1:]] == [(True, False), (False, False), (False, False), (False, True)]
+    assert len({(c[3], c[4]) for c in sevens[1:]}) == 1  # all at the START's place
+    assert s.queued == 0
+
+
+async def test_ordering_holds_when_a_step_fails() -> None:
+    port = FakePort()
+    port.assign_gates[7] = asyncio.Event()
+    s = scheduler(port)
+    first = asyncio.create_task(s.submit(request(7, 1, start=True), 1, 0))
+    bad = asyncio.create_task(s.submit(request(7, 2), 2, 0))  # rejected before it is queued
+    second = asyncio.create_task(s.submit(request(7, 3, end=True), 1, 0))
+    await asyncio.sleep(0)
+    port.assign_gates[7].set()
+    await first
+    with pytest.raises(InvalidArgument):
+        await bad
+    assert (await second).outputs[0].data.item() == 6
+    assert [c[0] for c in port.calls] == ["assign", "dispatch", "dispatch"]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+async def test_statistics() -> None:
+    port = FakePort()
+    clock = FakeClock()
+    s = scheduler(port, clock=clock)
+    clock.now = 5_000
+    await s.submit(request(7, start=True), 1, 1_000)  # arrived at 1000, sent at 5000, 100 ns in the instance
+    port.handler = lambda a, st: StepResult(
+        outputs=dict.fromkeys(st.outputs, st.inputs["INPUT"]), execution_batch=0, queue_ns=7
+    )  # batched with another row: that other step carries the execution
+    await s.submit(request(7), 1, 5_000)
+    with pytest.raises(InvalidArgument):
+        await s.submit(request(99), 1, 5_000)  # never started: the router's START-flag error
+    st = s.stats
+    assert st.inference_count == 2
+    assert st.execution_count == 1
+    assert st.batches[1]["compute_infer"].count == 1
+    assert st.inference["success"].count == 2
+    assert st.inference["queue"].ns == (5_000 - 1_000 + 100) + (0 + 7)
+    assert st.inference["compute_infer"].ns == 2
+    assert st.failures["OTHER"] == 1 and st.failure_count == 1
+    assert st.pending == 0
+    assert st.last_inference_ms > 0

@@ -1,0 +1,162 @@
+"""ImplicitState: initial states (zeros, zero_data, data_file under <model>/initial_state/) and per-slot values."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from serve_app.errors import InvalidConfig
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.runtime.sequence_state import ImplicitState
+
+
+def config(states: str) -> mc.ModelConfig:
+    return text_format.Parse(f'name: "acc" max_batch_size: 4 sequence_batching {{ {states} }}', mc.ModelConfig())
+
+
+def state(data_type: str = "TYPE_INT32", dims: str = "[ -1 ]", initial: str = "", name: str = "", out: str = "") -> str:
+    name = name or "INPUT_STATE"
+    out = out or name.replace("INPUT", "OUTPUT")
+    init = f'initial_state: {{ {initial} name: "init" }}' if initial else ""
+    return f'state [ {{ input_name: "{name}" output_name: "{out}" data_type: {data_type} dims: {dims} {init} }} ]'
+
+
+def implicit(states: str, model_dir: pathlib.Path | None = None) -> ImplicitState:
+    return ImplicitState(config(states), model_dir or pathlib.Path("/nonexistent"))
+
+
+def test_no_state() -> None:
+    s = implicit("")
+    assert not s and s.specs == () and s.output_names == ()
+    assert s.row_states(0, start=False) == {}
+
+
+@pytest.mark.parametrize(
+    ("data_type", "dims", "shape", "dtype"),
+    [
+        ("TYPE_INT32", "[ -1 ]", (1,), np.int32),
+        ("TYPE_FP32", "[ 3, -1 ]", (3, 1), np.float32),
+        ("TYPE_INT64", "[ 2, 2 ]", (2, 2), np.int64),
+        ("TYPE_FP16", "[ -1, -1, 4 ]", (1, 1, 4), np.float16),
+        ("TYPE_BOOL", "[ 2 ]", (2,), np.bool_),
+    ],
+)
+def test_default_initial_state_is_zeros_with_variable_dims_one(
+    data_type: str, dims: str, shape: tuple[int, ...], dtype: type
+) -> None:
+    s = implicit(state(data_type, dims))
+    assert bool(s)
+    (spec,) = s.specs
+    assert (spec.input_name, spec.output_name) == ("INPUT_STATE", "OUTPUT_STATE")
+    assert spec.initial.shape == shape and spec.initial.dtype == dtype
+    assert not spec.initial.any()
+
+
+def test_zero_data_uses_its_own_dims() -> None:
+    s = implicit(state("TYPE_FP32", "[ -1 ]", "data_type: TYPE_FP32 dims: [ 2, 3 ] zero_data: true"))
+    (spec,) = s.specs
+    assert spec.initial.shape == (2, 3) and spec.initial.dtype == np.float32 and not spec.initial.any()
+
+
+def test_initial_dims_must_be_fixed() -> None:
+    with pytest.raises(InvalidConfig, match=r"initial_state\[0\]\.dims must be fixed"):
+        implicit(state("TYPE_INT32", "[ -1 ]", "data_type: TYPE_INT32 dims: [ -1 ] zero_data: true"))
+
+
+def test_string_state_rejected() -> None:
+    with pytest.raises(InvalidConfig) as exc:
+        implicit(state("TYPE_STRING", "[ 1 ]"))
+    assert "'acc'" in exc.value.message and "sequence_batching.state[0].data_type" in exc.value.message
+
+
+def write_initial(model_dir: pathlib.Path, name: str, data: bytes) -> None:
+    (model_dir / "initial_state").mkdir(parents=True, exist_ok=True)
+    (model_dir / "initial_state" / name).write_bytes(data)
+
+
+def test_data_file_read_row_major(tmp_path: pathlib.Path) -> None:
+    values = np.arange(6, dtype=np.int32).reshape(2, 3)
+    write_initial(tmp_path, "init.bin", values.tobytes())
+    s = implicit(
+        state("TYPE_INT32", "[ -1, -1 ]", 'data_type: TYPE_INT32 dims: [ 2, 3 ] data_file: "init.bin"'), tmp_path
+    )
+    (spec,) = s.specs
+    np.testing.assert_array_equal(spec.initial, values)
+    assert spec.initial.dtype == np.int32 and spec.initial.flags.writeable
+
+
+def test_data_file_in_a_subdirectory(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "initial_state" / "sub").mkdir(parents=True)
+    (tmp_path / "initial_state" / "sub" / "x.bin").write_bytes(np.array([1.5, -2.0], dtype=np.float32).tobytes())
+    s = implicit(state("TYPE_FP32", "[ 2 ]", 'data_type: TYPE_FP32 dims: [ 2 ] data_file: "sub/x.bin"'), tmp_path)
+    assert s.specs[0].initial.tolist() == [1.5, -2.0]
+
+
+@pytest.mark.parametrize("size", [0, 8, 16])
+def test_data_file_size_mismatch_rejected(tmp_path: pathlib.Path, size: int) -> None:
+    write_initial(tmp_path, "init.bin", b"\0" * size)
+    with pytest.raises(InvalidConfig) as exc:
+        implicit(state("TYPE_INT32", "[ 3 ]", 'data_type: TYPE_INT32 dims: [ 3 ] data_file: "init.bin"'), tmp_path)
+    msg = exc.value.message
+    assert f"holds {size} bytes, expected 12" in msg and "'acc'" in msg and "init.bin" in msg
+
+
+def test_data_file_missing(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(InvalidConfig, match="cannot read"):
+        implicit(state("TYPE_INT32", "[ 1 ]", 'data_type: TYPE_INT32 dims: [ 1 ] data_file: "missing"'), tmp_path)
+
+
+@pytest.mark.parametrize("path", ["../config.pbtxt", "../../secret", "sub/../../x", "/etc/passwd"])
+def test_data_file_outside_initial_state_rejected(tmp_path: pathlib.Path, path: str) -> None:
+    model_dir = tmp_path / "model"
+    write_initial(model_dir, "ok", b"\0" * 4)
+    (model_dir / "config.pbtxt").write_bytes(b"\0" * 4)  # exists and has the right size: still refused
+    (tmp_path / "secret").write_bytes(b"\0" * 4)
+    with pytest.raises(InvalidConfig) as exc:
+        implicit(state("TYPE_INT32", "[ 1 ]", f'data_type: TYPE_INT32 dims: [ 1 ] data_file: "{path}"'), model_dir)
+    assert "is outside" in exc.value.message and path in exc.value.message
+
+
+def test_several_states() -> None:
+    s = implicit(
+        'state [ { input_name: "A_IN" output_name: "A_OUT" data_type: TYPE_INT32 dims: [ 1 ] },'
+        ' { input_name: "B_IN" output_name: "B_OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]'
+    )
+    assert [sp.input_name for sp in s.specs] == ["A_IN", "B_IN"]
+    assert s.output_names == ("A_OUT", "B_OUT")
+    rows = s.row_states(0, start=True)
+    assert list(rows) == ["A_IN", "B_IN"] and rows["B_IN"].shape == (2,)
+
+
+def test_row_states_store_and_drop_batched() -> None:
+    s = implicit(state("TYPE_INT32", "[ 2 ]"))
+    initial = s.specs[0].initial
+    assert s.row_states(3, start=False)["INPUT_STATE"] is initial  # nothing stored yet: the initial state
+    outputs = {"OUTPUT_STATE": np.array([[1, 2], [3, 4], [5, 6]], dtype=np.int32), "OTHER": np.zeros(3)}
+    s.store(3, outputs, row=1)
+    s.store(0, outputs, row=2)
+    assert s.row_states(3, start=False)["INPUT_STATE"].tolist() == [3, 4]
+    assert s.row_states(0, start=False)["INPUT_STATE"].tolist() == [5, 6]
+    assert s.row_states(3, start=True)["INPUT_STATE"] is initial  # START: the initial state again
+    assert s.row_states(None, start=False)["INPUT_STATE"] is initial  # an empty row
+    s.drop(3)
+    s.drop(3)  # dropping twice is harmless
+    assert s.row_states(3, start=False)["INPUT_STATE"] is initial
+    assert s.row_states(0, start=False)["INPUT_STATE"].tolist() == [5, 6]
+
+
+def test_store_unbatched_keeps_the_whole_output() -> None:
+    s = implicit(state("TYPE_FP32", "[ 3 ]"))
+    s.store(0, {"OUTPUT_STATE": np.array([1.0, 2.0, 3.0], dtype=np.float32)}, row=None)
+    assert s.row_states(0, start=False)["INPUT_STATE"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_stored_state_can_change_shape() -> None:
+    # With variable dims the output state need not match the input state's shape.
+    s = implicit(state("TYPE_INT32", "[ -1 ]"))
+    s.store(0, {"OUTPUT_STATE": np.array([[7, 8, 9]], dtype=np.int32)}, row=0)
+    assert s.row_states(0, start=False)["INPUT_STATE"].shape == (3,)
+    assert s.row_states(1, start=False)["INPUT_STATE"].shape == (1,)
