@@ -45,6 +45,8 @@ class Backend(ABC):
 
 _ENGINES: dict[str, str] = {
     "onnxruntime": "serve_app.backends.onnxruntime:OnnxRuntimeBackend",
+    "pytorch": "serve_app.backends.torchscript:TorchScriptBackend",
+    "tensorrt": "serve_app.backends.tensorrt:TensorRTBackend",
 }
 
 
