@@ -119,6 +119,36 @@ def identity(
     return _write(repo, name, _model(graph), config, versions)
 
 
+def add_sub_ensemble(
+    repo: PathLike, name: str = "add_sub_ensemble", step_model: str = "add_sub", dims: int = 16
+) -> pathlib.Path:
+    """An ensemble of two ``add_sub`` steps: (a+b, a-b) then their sum and difference, i.e. OUT_2A = 2a and
+    OUT_2B = 2b; a third step, independent of the second, passes a+b through as OUT_SUM."""
+    d = pathlib.Path(repo) / name
+    (d / "1").mkdir(parents=True, exist_ok=True)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        f'input [ {{ name: "IN_A" data_type: TYPE_FP32 dims: [ {dims} ] }}, '
+        f'{{ name: "IN_B" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+        f'output [ {{ name: "OUT_2A" data_type: TYPE_FP32 dims: [ {dims} ] }}, '
+        f'{{ name: "OUT_2B" data_type: TYPE_FP32 dims: [ {dims} ] }}, '
+        f'{{ name: "OUT_SUM" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+        "ensemble_scheduling { step [\n"
+        f'  {{ model_name: "{step_model}" model_version: -1 input_map {{ key: "INPUT0" value: "IN_A" }} '
+        'input_map { key: "INPUT1" value: "IN_B" } output_map { key: "OUTPUT0" value: "sum" } '
+        'output_map { key: "OUTPUT1" value: "diff" } },\n'
+        f'  {{ model_name: "{step_model}" model_version: -1 input_map {{ key: "INPUT0" value: "sum" }} '
+        'input_map { key: "INPUT1" value: "diff" } output_map { key: "OUTPUT0" value: "OUT_2A" } '
+        'output_map { key: "OUTPUT1" value: "OUT_2B" } },\n'
+        f'  {{ model_name: "{step_model}" model_version: -1 input_map {{ key: "INPUT0" value: "sum" }} '
+        'input_map { key: "INPUT1" value: "zero" } output_map { key: "OUTPUT0" value: "OUT_SUM" } },\n'
+        f'  {{ model_name: "{step_model}" model_version: -1 input_map {{ key: "INPUT0" value: "diff" }} '
+        'input_map { key: "INPUT1" value: "diff" } output_map { key: "OUTPUT1" value: "zero" } }\n'
+        "] }\n"
+    )
+    return d
+
+
 # Tuned on the 2-core AMD EPYC dev VM (onnxruntime 1.31, intra_op_num_threads=1): 9-10 ms
 # for one sample at batch 1 (about 0.33 ms a layer), and about 4x the samples/s at batch 64
 # (about 160 ms a batch).  Scale ``layers`` to retune on other hardware.

@@ -25,6 +25,7 @@ def generate(repo: pathlib.Path) -> list[pathlib.Path]:
         em.identity(repo, "FP32"),
         em.identity(repo, "BYTES"),
         em.mlp(repo),
+        em.add_sub_ensemble(repo),
     ]
 
 

@@ -80,7 +80,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
             continue
         if name not in plans:  # an ensemble: its steps run from the gateway, it has no instances
             for version in source.versions:
-                served.append(ServedVersion(name, version, config_bytes, ()))
+                served.append(ServedVersion(name, version, config_bytes, (), (), tuple(source.labels.items())))
                 report(f"model '{name}' version {version}: ensemble of {', '.join(composing_models(source.config))}")
             continue
         groups = plans[name]
@@ -105,7 +105,9 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
                     .bind(name, version, config_bytes, str(model_file), group.kind, token)
                 )
             replicas = tuple(g.num_replicas for g in groups)
-            served.append(ServedVersion(name, version, config_bytes, tuple(names), replicas))
+            served.append(
+                ServedVersion(name, version, config_bytes, tuple(names), replicas, tuple(source.labels.items()))
+            )
             if source.config.HasField("sequence_batching"):
                 slots = SequenceBatchingConfig.from_model_config(source.config).slots
                 sequence_models.append(

@@ -35,6 +35,7 @@ class ServedVersion:
     config_bytes: bytes
     deployments: tuple[str, ...]  # Serve deployment names of its instance groups
     replicas: tuple[int, ...] = ()  # replicas of each deployment
+    labels: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (output, class labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,7 @@ class Gateway:
                     config=config,
                     signature=ModelSignature.from_config(config, str(sv.version)),
                     state=ModelState.LOADING,
+                    labels=dict(sv.labels),
                 )
             )
             replicas = sv.replicas or (1,) * len(sv.deployments)

@@ -13,7 +13,7 @@ served versions; nothing here imports a framework beyond ONNX Runtime's reader.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from serve_app.config import (
@@ -45,6 +45,8 @@ class ModelSource:
     # Served versions (after the version policy) -> model file; for an
     # ensemble, which has no file, the version directory.
     versions: dict[int, Path]
+    # Output name -> class labels, from the outputs' label_filename (classification extension).
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class ModelRepository:
@@ -147,7 +149,8 @@ class ModelRepository:
 
         completed = autocomplete_config(config, model=name, model_dir=directory, model_file=model_file)
         validate_config(completed, model=name, path=where)
-        return ModelSource(name=name, directory=directory, config=completed, versions=versions)
+        labels = _labels(name, directory, completed, where)
+        return ModelSource(name=name, directory=directory, config=completed, versions=versions, labels=labels)
 
 
 def _read_text(path: Path, model: str) -> str:
@@ -179,3 +182,22 @@ def _probe_model_file(model: str, version_dir: Path) -> str:
         str(version_dir),
         f"platform: the config gives no 'platform' or 'backend' and the version directory holds none of {names}",
     )
+
+
+def _labels(model: str, directory: Path, config: mc.ModelConfig, where: str) -> dict[str, tuple[str, ...]]:
+    """Each output's label file (one label per line), which must lie inside the model's directory."""
+    labels: dict[str, tuple[str, ...]] = {}
+    base = directory.resolve()
+    for i, out in enumerate(config.output):
+        if not out.label_filename:
+            continue
+        path = (base / out.label_filename).resolve()
+        field_name = f"output[{i}].label_filename"
+        if not path.is_relative_to(base):
+            raise config_error(model, where, f"{field_name}: '{out.label_filename}' is outside the model directory")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise config_error(model, where, f"{field_name}: cannot read '{path}': {exc}") from None
+        labels[out.name] = tuple(text.splitlines())
+    return labels

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from serve_app.errors import InvalidArgument, NotFound, Unavailable
 from serve_app.inference.signature import ModelSignature
@@ -25,6 +25,7 @@ class ModelVersionEntry:
     signature: ModelSignature
     state: ModelState = ModelState.READY
     reason: str = ""
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> class labels
 
 
 @dataclass(slots=True)

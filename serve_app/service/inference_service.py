@@ -10,6 +10,7 @@ from typing import Protocol
 
 from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.errors import InvalidArgument
+from serve_app.inference.classification import apply_classification, classification_count
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse
@@ -21,7 +22,14 @@ from serve_app.scheduling.sequence_scheduler import SequencePort, SequenceSchedu
 from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
 from serve_app.stats import ModelStats
 
-EXTENSIONS: tuple[str, ...] = ("binary_tensor_data", "model_configuration", "parameters", "statistics")
+EXTENSIONS: tuple[str, ...] = (
+    "classification",
+    "binary_tensor_data",
+    "model_configuration",
+    "parameters",
+    "statistics",
+    "sequence",
+)
 
 StatsKey = tuple[str, str]  # (model, version)
 Scheduler = ModelScheduler | SequenceScheduler | EnsembleScheduler
@@ -153,8 +161,12 @@ class InferenceService:
         arrival = time.monotonic_ns()
         entry = self.catalog.resolve_ready(request.model_name, request.model_version)
         batch_size = validate_request(request, entry.signature)
+        classified = classification_count(request, entry.signature) if request.outputs else None
         request.model_version = str(entry.version)
-        return await self.scheduler(entry).submit(request, batch_size, arrival)
+        response = await self.scheduler(entry).submit(request, batch_size, arrival)
+        if classified:
+            apply_classification(response, classified, entry.labels, entry.signature.max_batch_size > 0)
+        return response
 
     def scheduler(self, entry: ModelVersionEntry) -> Scheduler:
         """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""

@@ -71,7 +71,7 @@ def local_service(
             ctx = BackendContext(model_name=name, version=version, config=source.config, model_file=model_file)
             instances[(name, version)] = ModelInstance(ctx)
             signature = ModelSignature.from_config(source.config, str(version))
-            catalog.add(ModelVersionEntry(name, version, source.config, signature))
+            catalog.add(ModelVersionEntry(name, version, source.config, signature, labels=source.labels))
     return InferenceService(catalog, LocalModelExecutor(instances))
 
 
