@@ -645,3 +645,31 @@ def test_replica_kill_loses_only_its_own_sequences(
     seqs = [Seq(new_id(), random_values(rng, 3)) for _ in range(4)]
     for (k, step), r in run_on_stream(server, model, seqs).items():
         assert scalar(r) == seqs[k].sums()[step], (k, step)
+
+
+def test_router_kill_keeps_live_sequences_and_serves_new_ones(
+    server: Server, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    """SIGKILL the sequence router: live sequences keep going (gateways know their places), Serve starts a
+    new router, which rebuilds its table from the instances, and new sequences are served after it.
+    seq_kill keeps idle sequences 30 s, longer than Serve takes to bring the router back."""
+    model = "seq_kill"
+    pids = replica_pids(server, "sequence_router")
+    assert len(pids) == 1, ps_listing("sequence_router")
+    ids = [new_id() for _ in range(3)]
+    for sid in ids:
+        assert scalar(infer(grpc_client, model, 5, sid, start=True)) == 5
+    os.kill(pids[0], signal.SIGKILL)
+    wait_until(lambda: pids[0] not in replica_pids(server, "sequence_router"), 30, lambda: "router to die")
+    for sid in ids:  # no router needed for steps of live sequences
+        assert scalar(infer(grpc_client, model, 1, sid)) == 6
+    # A new sequence waits for the new router (the gateway retries), then runs; the old ones still end well.
+    fresh = new_id()
+    started = grpc_client.infer(
+        model, value_inputs(grpcclient, 3), sequence_id=fresh, sequence_start=True, client_timeout=90
+    )
+    assert scalar(started) == 3
+    for sid in ids:
+        assert scalar(infer(grpc_client, model, 1, sid, end=True)) == 7
+    assert scalar(infer(grpc_client, model, 1, fresh, end=True)) == 4
+    wait_until(lambda: len(replica_pids(server, "sequence_router")) == 1, 60, lambda: ps_listing("sequence_router"))
