@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="send batches to model instances through Ray Serve handles instead of direct channels",
     )
+    p.add_argument(
+        "--gpu-resource-prefix",
+        default="gpu_idx_",
+        help="custom Ray resources naming one GPU each, declared by the nodes (default gpu_idx_: "
+        'ray start --resources=\'{"gpu_idx_0": 1, "gpu_idx_1": 1}\'); needed for instance groups that list gpus',
+    )
     p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with a Ray started here")
     p.add_argument("--object-store-memory", type=int, default=None, help="object store bytes of a Ray started here")
     return p
@@ -59,6 +65,7 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         instance_cpus=ns.instance_cpus,
         max_inflight_per_instance=ns.max_inflight_per_instance,
         direct_channel=not ns.no_direct_channel,
+        gpu_resource_prefix=ns.gpu_resource_prefix,
     )
 
 

@@ -26,6 +26,9 @@ class ServerSettings:
     direct_channel: bool = True
     # Name of the Serve application.
     app_name: str = "serve_app"
+    # Custom resources naming one GPU each: a node with GPUs 0 and 1 declares {"<prefix>0": 1, "<prefix>1": 1}.
+    # With them, instance groups may list `gpus` and every GPU instance is pinned to its GPU index.
+    gpu_resource_prefix: str = "gpu_idx_"
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServerSettings:

@@ -23,6 +23,7 @@ class BackendContext:
     model_file: Path
     device_kind: str = "KIND_CPU"  # KIND_CPU | KIND_GPU | KIND_MODEL
     gpu_ids: tuple[int, ...] = field(default_factory=tuple)  # device ordinals visible to this process
+    instance_group: int | None = None  # index of the instance's group in config.instance_group, when known
 
     def parameter(self, key: str, default: str = "") -> str:
         p = self.config.parameters.get(key)

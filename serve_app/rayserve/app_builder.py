@@ -12,7 +12,14 @@ from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.errors import ServeError
 from serve_app.inference.sequence import model_key
-from serve_app.placement import ClusterGpus, ReplicaGroup, plan_replicas
+from serve_app.placement import (
+    DEFAULT_GPU_RESOURCE_PREFIX,
+    ClusterGpus,
+    ReplicaGroup,
+    instance_spec,
+    plan_replicas,
+    share_gpus,
+)
 from serve_app.rayserve.gateway import GatewaySpec, ServedVersion
 from serve_app.rayserve.sequence_router import SequenceModelSpec, SequenceRouterDeployment
 from serve_app.repository import ModelRepository, ModelSource
@@ -33,15 +40,17 @@ REPLICA_ENV = {
 QUIET_LOGS = {"enable_access_log": False}
 
 
-def deployment_name(model: str, version: int, group: int) -> str:
+def deployment_name(model: str, version: int, group: int, device: int | None = None) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
-    return f"{safe}.v{version}.g{group}"
+    suffix = "" if device is None else f".gpu{device}"
+    return f"{safe}.v{version}.g{group}{suffix}"
 
 
-def cluster_gpus() -> ClusterGpus:
+def cluster_gpus(prefix: str = DEFAULT_GPU_RESOURCE_PREFIX) -> ClusterGpus:
+    """The live nodes' GPUs and the per-GPU resources (``<prefix><index>``) they declare."""
     import ray
 
-    return ClusterGpus(total=int(ray.cluster_resources().get("GPU", 0)))
+    return ClusterGpus.from_nodes((n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")), prefix)
 
 
 def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = None, report: Any = print) -> Any:
@@ -50,7 +59,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
     from serve_app.rayserve.gateway import Gateway
     from serve_app.rayserve.model_deployment import ModelReplica
 
-    gpus = gpus if gpus is not None else cluster_gpus()
+    gpus = gpus if gpus is not None else cluster_gpus(settings.gpu_resource_prefix)
     repo = ModelRepository(settings.model_repository)
     # Channels carry every sequence step; batches of other models too unless direct_channel is off.
     token = secrets.token_bytes(16)
@@ -72,6 +81,9 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
             failed.append((name, exc.message))
     configs = {n: s.config for n, s in loaded.items()}
     problems = ensemble_problems(configs, {n: set(s.versions) for n, s in loaded.items()})
+    # Every instance Triton would put on a GPU gets an equal share of it, across models and versions.
+    deployed = {n: p for n, p in plans.items() if n not in problems}
+    plans = share_gpus(deployed, {n: len(loaded[n].versions) for n in deployed})
     for name, source in loaded.items():
         config_bytes = source.config.SerializeToString()
         if name in problems:
@@ -86,23 +98,13 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
         groups = plans[name]
         for version, model_file in source.versions.items():
             names = []
-            for idx, group in enumerate(groups):
-                dname = deployment_name(name, version, idx)
+            for group in groups:
+                dname = deployment_name(name, version, group.group_index, group.device)
                 names.append(dname)
                 bound[dname] = (
                     serve.deployment(ModelReplica)
-                    .options(
-                        name=dname,
-                        num_replicas=group.num_replicas,
-                        max_ongoing_requests=max(8, settings.max_inflight_per_instance * settings.gateway_replicas * 2),
-                        logging_config=QUIET_LOGS,
-                        ray_actor_options={
-                            "num_cpus": group.num_cpus,
-                            "num_gpus": group.num_gpus,
-                            "runtime_env": {"env_vars": REPLICA_ENV},
-                        },
-                    )
-                    .bind(name, version, config_bytes, str(model_file), group.kind, token)
+                    .options(name=dname, **replica_options(group, settings))
+                    .bind(name, version, config_bytes, str(model_file), group.kind, token, instance_spec(group))
                 )
             replicas = tuple(g.num_replicas for g in groups)
             served.append(
@@ -113,7 +115,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
                 sequence_models.append(
                     SequenceModelSpec(model_key(name, version), name, slots, tuple(zip(names, replicas, strict=True)))
                 )
-            kinds = ", ".join(f"{g.num_replicas}x {g.kind}" for g in groups)
+            kinds = ", ".join(f"{g.num_replicas}x {g.kind}{_where(g)}" for g in groups)
             report(f"model '{name}' version {version}: deploying ({kinds})")
     spec = GatewaySpec(settings=settings, served=tuple(served), failed=tuple(failed), channel_token=token)
     gateway = serve.deployment(Gateway).options(
@@ -138,3 +140,32 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
             .bind(tuple(sequence_models), handles, token)
         )
     return gateway.bind(spec, bound, router)
+
+
+def replica_options(group: ReplicaGroup, settings: ServerSettings) -> dict[str, Any]:
+    """Serve deployment options for one replica group (one replica = one Triton instance)."""
+    actor: dict[str, Any] = {
+        "num_cpus": group.num_cpus,
+        "num_gpus": group.num_gpus,
+        "runtime_env": {"env_vars": REPLICA_ENV},
+    }
+    if group.resources:
+        actor["resources"] = dict(group.resources)
+    options: dict[str, Any] = {
+        "num_replicas": group.num_replicas,
+        "max_ongoing_requests": max(8, settings.max_inflight_per_instance * settings.gateway_replicas * 2),
+        "logging_config": QUIET_LOGS,
+        "ray_actor_options": actor,
+    }
+    if group.max_per_node:
+        # count instances on this GPU index of each node that has it, as Triton on every node would.
+        options["max_replicas_per_node"] = group.max_per_node
+    return options
+
+
+def _where(group: ReplicaGroup) -> str:
+    if group.device is not None:
+        return f" on GPU {group.device} ({group.count} per node)"
+    if group.num_gpus:
+        return f" ({group.num_gpus:g} GPU each)"
+    return ""
