@@ -23,6 +23,7 @@ from serve_app.config.validate import (
     WILDCARD_DIM,
     normalize_platform,
 )
+from serve_app.errors import InvalidConfig
 from serve_app.protos import model_config_pb2 as mc
 
 # Triton's ONNX Runtime backend option --backend-config=onnxruntime,default-max-batch-size.
@@ -107,6 +108,8 @@ def autocomplete_config(
     if out.platform == ONNX_PLATFORM and model_file is not None and _needs_model_io(out):
         inputs, outputs = read_onnx_io(model_file, model=model)
         _complete_io(out, inputs, outputs, model=model, path=str(model_file))
+    elif out.platform == TENSORRT_PLATFORM and model_file is not None and _needs_model_io(out):
+        _complete_from_engine(out, model, model_file)
     normalize_config(out)
     return out
 
@@ -245,3 +248,17 @@ def _set_dims(
     else:
         io.dims.append(1)
         io.reshape.SetInParent()
+
+
+def _complete_from_engine(config: mc.ModelConfig, model: str, model_file: Path) -> None:
+    """Triton completes a TensorRT config from the engine; reading a plan needs TensorRT, cuda-python and a
+    GPU where the repository is loaded.  Without them the config stays as written, and the instances'
+    load reports what is missing."""
+    from serve_app.backends.tensorrt import read_plan_metadata
+    from serve_app.backends.tensorrt_logic import complete_config_from_engine
+
+    try:
+        meta = read_plan_metadata(model_file, model=model)
+    except InvalidConfig:
+        return
+    complete_config_from_engine(config, meta, model=model, path=str(model_file))
