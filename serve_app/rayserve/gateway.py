@@ -122,6 +122,28 @@ class Gateway:
             entry.state = ModelState.UNAVAILABLE if reasons else ModelState.READY
             entry.reason = "; ".join(reasons)
         ensemble_readiness(self.catalog)
+        if self.spec.settings.gateway_replicas == 1 or await self._first_gateway():
+            await self._count_warmups()
+
+    async def _first_gateway(self) -> bool:
+        """With several gateways, the one of rank 0 counts the warmups (statistics are summed over all)."""
+        from ray import serve
+
+        try:
+            rank = serve.get_replica_context().rank
+            return int(getattr(rank, "rank", rank)) == 0
+        except Exception:
+            return False
+
+    async def _count_warmups(self) -> None:
+        """Triton counts warmup executions in the statistics: fold in what every instance ran at load."""
+        for (name, version), targets in self._groups.items():
+            entry = self.catalog.resolve(name, str(version))
+            for _, handle, _ in targets:
+                answers = await handle.broadcast("warmup_figures").results_async(return_exceptions=True)
+                figures = [f for a in answers if isinstance(a, list) for f in a]
+                if figures:
+                    self.service.record_warmup(entry, figures)
 
     async def _cluster_stats(self) -> dict[StatsKey, ModelStats]:
         """Every gateway replica's figures, added up: each replica batches its own share of requests."""

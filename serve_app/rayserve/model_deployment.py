@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from serve_app.backends import BackendContext
 from serve_app.errors import Unavailable, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.sequence import PollEvents, SequenceStep, StepResult
+from serve_app.placement import InstanceSpec
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
 from serve_app.runtime.sequence_instance import SequenceInstance
@@ -31,15 +33,31 @@ from serve_app.transport import ChannelServer
 
 class ModelReplica:
     def __init__(
-        self, model_name: str, version: int, config_bytes: bytes, model_file: str, kind: str, channel_token: bytes = b""
+        self,
+        model_name: str,
+        version: int,
+        config_bytes: bytes,
+        model_file: str,
+        kind: str,
+        channel_token: bytes = b"",
+        spec: InstanceSpec | None = None,
     ) -> None:
+        # Devices first, before anything can initialise CUDA in this process.
+        spec = spec or InstanceSpec(model_name)
         if kind == "KIND_CPU":
             # Ray no longer clears CUDA_VISIBLE_DEVICES for replicas without GPUs.
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        elif kind == "KIND_GPU" and spec.device is not None:
+            # Placed by the per-GPU resource '<prefix><device>': Ray assigned no GPU, the index is ours to set.
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.device)
         gpu_ids: tuple[int, ...] = ()
         if kind == "KIND_GPU":
             visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
             gpu_ids = tuple(range(len(visible))) or (0,)
+        self._spec = spec
+        self._kind = kind
+        self._gpu_ids = gpu_ids
+        self.instance_name = _instance_name(spec, kind)
         self.name = model_name
         self.version = version
         self.load_error: str = ""
@@ -52,13 +70,27 @@ class ModelReplica:
             model_file=Path(model_file),
             device_kind=kind,
             gpu_ids=gpu_ids,
+            instance_group=spec.group_index,
         )
         # One execution at a time per instance, off the replica's event loop.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{model_name}-exec")
         self.instance_id = uuid.uuid4().hex
         self.sequence: SequenceInstance | None = None
         try:
-            self.instance = ModelInstance(ctx)
+            instance = ModelInstance(ctx)
+            # Triton warms every instance up before it is ready, on the thread that runs its executions;
+            # a failing sample fails the load (the model is UNAVAILABLE with that reason).
+            try:
+                warmup = self._executor.submit(instance.warm_up).result()
+            except BaseException:
+                instance.close()
+                raise
+            self.instance = instance
+            self._warmup_figures = warmup.figures()
+            if warmup.samples or warmup.skipped:
+                import logging
+
+                logging.getLogger("ray.serve").info(warmup.describe(model_name, version))
             if config.HasField("sequence_batching"):
                 self.sequence = SequenceInstance(
                     config, Path(model_file).parent.parent, self._run_one, instance_id=self.instance_id
@@ -116,5 +148,57 @@ class ModelReplica:
         address = await self.channel_address()
         return None if address is None else (self.instance_id, address[0], address[1])
 
+    async def warmup_figures(self) -> list[tuple[int, int, int, int]]:
+        """What this instance's warmup executed (Triton counts warmup in the model's statistics)."""
+        return getattr(self, "_warmup_figures", [])
+
+    async def placement(self) -> dict[str, object]:
+        """Where this instance runs: its node, Triton instance name and devices (for operators and tests)."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        # GPU ids Ray assigned (strings when Ray read them from CUDA_VISIBLE_DEVICES); ints where numeric.
+        ray_gpu_ids = [int(g) if str(g).isdigit() else g for g in ray.get_gpu_ids()]
+        device = self._spec.device
+        if device is None and self._kind == "KIND_GPU" and ray_gpu_ids:
+            device = ray_gpu_ids[0]  # the GPU Ray picked
+        return {
+            "model": self.name,
+            "version": self.version,
+            "group": self._spec.group_name,
+            "instance_name": self.instance_name,
+            "kind": self._kind,
+            "device": device,
+            "gpu_ids": list(self._gpu_ids),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "ray_gpu_ids": ray_gpu_ids,
+            "node_id": ctx.get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "loaded": self.instance is not None,
+        }
+
     async def status(self) -> tuple[bool, str]:
         return self.instance is not None, self.load_error
+
+
+def _instance_name(spec: InstanceSpec, kind: str) -> str:
+    """Triton's ``<group name>_<n>``: ``n`` is this replica's Serve rank in its deployment, or, for a
+    deployment pinned to one GPU index, its rank on its node (so ``0..count-1`` on each GPU, as in Triton)."""
+    rank = _replica_rank()
+    if rank is None:
+        return spec.instance_name(0)
+    global_rank, local_rank = rank
+    return spec.instance_name(local_rank if kind == "KIND_GPU" and spec.device is not None else global_rank)
+
+
+def _replica_rank() -> tuple[int, int] | None:
+    """(rank, rank on this node) of the Serve replica running this code; None outside Serve."""
+    if "ray" not in sys.modules:
+        return None
+    try:
+        from ray import serve
+
+        rank = serve.get_replica_context().rank
+        return int(rank.rank), int(rank.local_rank)
+    except Exception:
+        return None

@@ -10,6 +10,7 @@ what it produced).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from serve_app.backends import Backend, BackendContext, create_backend
 from serve_app.errors import InternalError, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature
+from serve_app.runtime.warmup import WarmupReport, warm_up
 
 
 class ModelInstance:
@@ -31,6 +33,7 @@ class ModelInstance:
         self._reshape_out = {n: s.dims for n, s in sig.outputs.items() if s.reshape is not None}
         self._dtypes = {n: s.datatype for n, s in sig.outputs.items() if s.datatype.wire_name != "BYTES"}
         self._batched = sig.max_batch_size > 0
+        self.warmup_report: WarmupReport | None = None  # what warm_up() ran (Triton counts it in the statistics)
 
     def run(self, execution: Execution) -> ExecutionResult:
         """Execute one (possibly merged) batch; a failure is returned, never raised."""
@@ -48,6 +51,13 @@ class ModelInstance:
         except Exception as exc:  # one bad execution must not fail the others
             result.error = as_serve_error(exc)
         return result
+
+    def warm_up(self, model_dir: Path | None = None) -> WarmupReport:
+        """Run the config's ``model_warmup`` samples, in order, through :meth:`run` (Triton warms up every
+        instance before it serves).  ``model_dir`` holds ``warmup/`` (default: the version directory's
+        parent).  Raises :class:`~serve_app.runtime.warmup.WarmupError`, naming the sample, on a failure."""
+        self.warmup_report = warm_up(self, model_dir if model_dir is not None else self.ctx.model_file.parent.parent)
+        return self.warmup_report
 
     def run_all(self, executions: list[Execution], arrived_ns: int = 0) -> list[ExecutionResult]:
         """Run ``executions`` one after the other, recording how long each waited (since ``arrived_ns``,

@@ -189,6 +189,14 @@ class InferenceService:
         return sched
 
     # -- statistics ----------------------------------------------------------
+    def record_warmup(self, entry: ModelVersionEntry, figures: list[tuple[int, int, int, int]]) -> None:
+        """Count warmup executions ((batch size, compute input/infer/output ns) each) as Triton does."""
+        stats = self.scheduler(entry).stats
+        now_ms = time.time_ns() // 1_000_000
+        for batch, ci, cf, co in figures:
+            stats.record_execution(batch, ci, cf, co)
+            stats.record_success(batch, ci + cf + co, 0, ci, cf, co, now_ms)
+
     def local_stats(self) -> dict[StatsKey, ModelStats]:
         """This process's figures (a copy), keyed by (model, version)."""
         return {(n, str(v)): s.stats.snapshot() for (n, v), s in self._schedulers.items()}
