@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import example_models
 import pytest
 
-from tests.e2e import sequence_models
+from tests.e2e import ensemble_models, sequence_models, torchscript_models, warmup_models
 from tests.e2e.models import identity_all, slow_identity
 
 STARTUP_TIMEOUT_S = 240
@@ -75,6 +75,9 @@ def build_repository(repo: pathlib.Path) -> None:
     shutil.copy(repo / "add_sub" / "1" / "model.onnx", broken / "1" / "model.onnx")
     (broken / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
     sequence_models.build_all(repo)  # seq_* models for test_sequence.py (sequence batcher)
+    warmup_models.build(repo)  # warmup_ok/_bad for test_warmup.py
+    torchscript_models.build_all(repo)  # ts_* models for test_torchscript.py (none without PyTorch)
+    ensemble_models.build_all(repo)  # ens_onnx, ens_mixed and scores for test_ensemble_classification.py
 
 
 def _ready(http_url: str) -> bool:

@@ -75,11 +75,17 @@ def test_failure_propagates_to_ensembles_of_ensembles() -> None:
 
 
 def test_cycle_between_ensembles() -> None:
-    a = ensemble(name="ea", step="eb").replace('"INPUT0"', '"A"').replace('"INPUT1"', '"B"').replace(
-        'key: "OUTPUT0"', 'key: "S"'
+    a = (
+        ensemble(name="ea", step="eb")
+        .replace('"INPUT0"', '"A"')
+        .replace('"INPUT1"', '"B"')
+        .replace('key: "OUTPUT0"', 'key: "S"')
     )
-    b = ensemble(name="eb", step="ea").replace('"INPUT0"', '"A"').replace('"INPUT1"', '"B"').replace(
-        'key: "OUTPUT0"', 'key: "S"'
+    b = (
+        ensemble(name="eb", step="ea")
+        .replace('"INPUT0"', '"A"')
+        .replace('"INPUT1"', '"B"')
+        .replace('key: "OUTPUT0"', 'key: "S"')
     )
     found = problems(a, b)
     assert set(found) == {"ea", "eb"}
