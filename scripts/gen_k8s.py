@@ -37,6 +37,8 @@ K8S_ARGS: dict[str, Any] = {
     # configs/ shares two local cores among four example models (0.25 each); on the cluster each
     # instance reserves one logical CPU of its GPU pod (ServerSettings' default).  Tune per model set.
     "instance_cpus": 1.0,
+    # GPU pods join after the head, and KubeRay builds the app as soon as the head is ready: wait for them.
+    "wait_for_gpus": 1,
 }
 
 HEADER = (

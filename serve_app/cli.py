@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with a Ray started here")
     p.add_argument("--object-store-memory", type=int, default=None, help="object store bytes of a Ray started here")
+    p.add_argument(
+        "--wait-for-gpus",
+        type=int,
+        default=0,
+        help="wait until the cluster shows this many GPUs before planning instances (GPU nodes joining late)",
+    )
+    p.add_argument("--wait-for-gpus-s", type=float, default=600.0, help="longest wait for --wait-for-gpus")
     return p
 
 
@@ -66,6 +73,8 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         max_inflight_per_instance=ns.max_inflight_per_instance,
         direct_channel=not ns.no_direct_channel,
         gpu_resource_prefix=ns.gpu_resource_prefix,
+        wait_for_gpus=ns.wait_for_gpus,
+        wait_for_gpus_s=ns.wait_for_gpus_s,
     )
 
 

@@ -29,6 +29,10 @@ class ServerSettings:
     # Custom resources naming one GPU each: a node with GPUs 0 and 1 declares {"<prefix>0": 1, "<prefix>1": 1}.
     # With them, instance groups may list `gpus` and every GPU instance is pinned to its GPU index.
     gpu_resource_prefix: str = "gpu_idx_"
+    # Before planning instances, wait until the cluster shows at least this many GPUs (GPU nodes may join
+    # after the head, e.g. on KubeRay), for at most wait_for_gpus_s seconds; 0: plan with what is there.
+    wait_for_gpus: int = 0
+    wait_for_gpus_s: float = 600.0
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServerSettings:

@@ -53,13 +53,31 @@ def cluster_gpus(prefix: str = DEFAULT_GPU_RESOURCE_PREFIX) -> ClusterGpus:
     return ClusterGpus.from_nodes((n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")), prefix)
 
 
+def wait_for_gpus(settings: ServerSettings, report: Any = print, poll_s: float = 2.0) -> ClusterGpus:
+    """The cluster's GPUs once at least ``settings.wait_for_gpus`` have joined (or the wait ran out)."""
+    import time
+
+    gpus = cluster_gpus(settings.gpu_resource_prefix)
+    if gpus.total >= settings.wait_for_gpus:
+        return gpus
+    report(f"waiting up to {settings.wait_for_gpus_s:.0f}s for {settings.wait_for_gpus} GPU(s); {gpus.total} joined")
+    deadline = time.monotonic() + settings.wait_for_gpus_s
+    while gpus.total < settings.wait_for_gpus and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        gpus = cluster_gpus(settings.gpu_resource_prefix)
+    if gpus.total < settings.wait_for_gpus:
+        report(f"only {gpus.total} of {settings.wait_for_gpus} GPU(s) joined; planning instances with those")
+    return gpus
+
+
 def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = None, report: Any = print) -> Any:
     from ray import serve
 
     from serve_app.rayserve.gateway import Gateway
     from serve_app.rayserve.model_deployment import ModelReplica
 
-    gpus = gpus if gpus is not None else cluster_gpus(settings.gpu_resource_prefix)
+    if gpus is None:
+        gpus = wait_for_gpus(settings, report)
     repo = ModelRepository(settings.model_repository)
     # Channels carry every sequence step; batches of other models too unless direct_channel is off.
     token = secrets.token_bytes(16)
