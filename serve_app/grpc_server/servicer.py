@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from serve_app.errors import ServeError, Unsupported, as_serve_error
-from serve_app.protocol import grpc_codec, stats_codec
+from serve_app.protocol import grpc_codec, repository_codec, stats_codec
 from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
@@ -61,10 +61,27 @@ class InferenceServicer:
         return stats_codec.stats_to_proto(await self.service.model_statistics(request.name, request.version))
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        repository_codec.check_repository_name(request.repository_name)
         resp = pb.RepositoryIndexResponse()
-        for e in self.service.repository_index(request.ready):
+        for e in await self.service.repository_index_async(request.ready):
             resp.models.add(name=e.name, version=e.version, state=e.state, reason=e.reason)
         return resp
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        repository_codec.check_repository_name(request.repository_name)
+        params = repository_codec.grpc_load_parameters(request.parameters)
+        await self.service.repository_load(request.model_name, params)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        repository_codec.check_repository_name(request.repository_name)
+        unload_dependents = repository_codec.grpc_unload_dependents(request.parameters)
+        await self.service.repository_unload(request.model_name, unload_dependents)
+        return pb.RepositoryModelUnloadResponse()
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         # Resolve the model first, as HTTP does, so both protocols report the same error.

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from serve_app.config import config_to_json
 from serve_app.errors import InvalidArgument, ServeError, as_serve_error
 from serve_app.inference.types import InferRequest
-from serve_app.protocol import http_codec, stats_codec
+from serve_app.protocol import http_codec, repository_codec, stats_codec
 from serve_app.protocol.status import http_status
 from serve_app.service import InferenceService
 from serve_app.service.inference_service import ModelMetadata
@@ -110,7 +110,7 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
             if not isinstance(ready, bool):
                 raise InvalidArgument("Unable to parse 'ready': expected a boolean")
             ready_only = ready
-        entries = service.repository_index(ready_only)
+        entries = await service.repository_index_async(ready_only)
         out = []
         for e in entries:
             item: dict[str, str] = {"name": e.name}
@@ -121,6 +121,18 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
                 item["reason"] = e.reason
             out.append(item)
         return _json(out)
+
+    async def repository_load(request: Request) -> Response:
+        repository_codec.check_repository_name(request.path_params.get("repository", ""))
+        params = repository_codec.http_load_parameters(await request.body())
+        await service.repository_load(request.path_params["model"], params)
+        return Response(status_code=200, media_type=JSON)  # Triton: 200, JSON content type, empty body
+
+    async def repository_unload(request: Request) -> Response:
+        repository_codec.check_repository_name(request.path_params.get("repository", ""))
+        unload_dependents = repository_codec.http_unload_dependents(await request.body())
+        await service.repository_unload(request.path_params["model"], unload_dependents)
+        return Response(status_code=200, media_type=JSON)
 
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
@@ -140,6 +152,8 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
         Route("/v2/health/ready", guarded(ready), methods=["GET"]),
         Route("/v2", guarded(server_metadata), methods=["GET"]),
         Route("/v2/repository/index", guarded(repository_index), methods=["POST"]),
+        # Triton's URL may name a repository: ignored by the index, refused by load / unload.
+        Route("/v2/repository/{repository}/index", guarded(repository_index), methods=["POST"]),
         Route("/v2/models/stats", guarded(model_stats), methods=["GET"]),
     ]
     for prefix in (versioned, model):
@@ -149,6 +163,11 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
             Route(f"{prefix}/infer", guarded(infer), methods=["POST"]),
             Route(f"{prefix}/stats", guarded(model_stats), methods=["GET"]),
             Route(prefix, guarded(model_metadata), methods=["GET"]),
+        ]
+    for prefix in ("/v2/repository/models/{model}", "/v2/repository/{repository}/models/{model}"):
+        routes += [
+            Route(f"{prefix}/load", guarded(repository_load), methods=["POST"]),
+            Route(f"{prefix}/unload", guarded(repository_unload), methods=["POST"]),
         ]
     routes += extra_routes or []
     return Starlette(routes=routes)

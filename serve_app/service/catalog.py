@@ -26,6 +26,11 @@ class ModelVersionEntry:
     state: ModelState = ModelState.READY
     reason: str = ""
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> class labels
+    generation: int = 0  # which load of the model: a reload serves a new entry beside the old one
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.name, self.version, self.generation)
 
 
 @dataclass(slots=True)
@@ -45,6 +50,18 @@ class ModelCatalog:
     def add(self, entry: ModelVersionEntry) -> None:
         self._models.setdefault(entry.name, {})[entry.version] = entry
         self._failed.pop(entry.name, None)
+
+    def remove(self, name: str, version: int) -> ModelVersionEntry | None:
+        versions = self._models.get(name)
+        if versions is None:
+            return None
+        entry = versions.pop(version, None)
+        if not versions:
+            del self._models[name]
+        return entry
+
+    def remove_failed(self, name: str) -> None:
+        self._failed.pop(name, None)
 
     def add_failed(self, failed: FailedModel) -> None:
         self._failed[failed.name] = failed

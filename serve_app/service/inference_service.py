@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from serve_app.config import ENSEMBLE_PLATFORM
-from serve_app.errors import InvalidArgument
+from serve_app.errors import InvalidArgument, Unavailable
 from serve_app.inference.classification import apply_classification, classification_count
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature
@@ -20,16 +20,23 @@ from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.scheduling.sequence_scheduler import SequencePort, SequenceScheduler
 from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
+from serve_app.service.repository_control import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.stats import ModelStats
 
+# In the order Triton's server metadata lists them (core's InferenceServer constructor).
 EXTENSIONS: tuple[str, ...] = (
     "classification",
-    "binary_tensor_data",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
     "model_configuration",
+    "binary_tensor_data",
     "parameters",
     "statistics",
-    "sequence",
 )
+
+# Triton's answer to load / unload when model control is not explicit.
+NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 
 StatsKey = tuple[str, str]  # (model, version)
 Scheduler = ModelScheduler | SequenceScheduler | EnsembleScheduler
@@ -73,14 +80,6 @@ class ServerMetadata:
     extensions: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    name: str
-    version: str
-    state: str
-    reason: str
-
-
 def _tensor_metadata(sig: ModelSignature, outputs: bool) -> list[TensorMetadata]:
     specs = sig.outputs if outputs else sig.inputs
     return [TensorMetadata(s.name, s.datatype.wire_name, sig.full_shape(s)) for s in specs.values()]
@@ -95,14 +94,17 @@ class InferenceService:
         server_name: str = "serve_app",
         server_version: str = "0.1.0",
         extensions: tuple[str, ...] = EXTENSIONS,
+        repository: RepositoryControl | None = None,
     ) -> None:
         self.catalog = catalog
         self.executor = executor
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
-        self._schedulers: dict[tuple[str, int], Scheduler] = {}
+        self._schedulers: dict[tuple[str, int, int], Scheduler] = {}
         # Where statistics come from: this process's schedulers, unless a host aggregates several.
         self.stats_source: StatsSource = self._local_stats
+        # Who loads and unloads models on request; None: the repository is fixed (no model control).
+        self.repository = repository
 
     # -- health --------------------------------------------------------------
     def live(self) -> bool:
@@ -156,6 +158,23 @@ class InferenceService:
                 out.append(IndexEntry(name, str(e.version), e.state.value, e.reason))
         return out
 
+    # -- model repository extension -------------------------------------------
+    async def repository_index_async(self, ready_only: bool = False) -> list[IndexEntry]:
+        """The control's index when there is one (it knows models not loaded here), else the catalog's."""
+        if self.repository is not None:
+            return await self.repository.index(ready_only)
+        return self.repository_index(ready_only)
+
+    async def repository_load(self, name: str, params: LoadParameters) -> None:
+        if self.repository is None:
+            raise Unavailable(NO_MODEL_CONTROL)
+        await self.repository.load(name, params)
+
+    async def repository_unload(self, name: str, unload_dependents: bool) -> None:
+        if self.repository is None:
+            raise Unavailable(NO_MODEL_CONTROL)
+        await self.repository.unload(name, unload_dependents)
+
     # -- inference -----------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         arrival = time.monotonic_ns()
@@ -170,7 +189,7 @@ class InferenceService:
 
     def scheduler(self, entry: ModelVersionEntry) -> Scheduler:
         """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""
-        key = (entry.name, entry.version)
+        key = entry.key
         sched = self._schedulers.get(key)
         if sched is None and entry.config.platform == ENSEMBLE_PLATFORM:
             sched = EnsembleScheduler(entry.config, entry.signature, self.infer)
@@ -188,6 +207,16 @@ class InferenceService:
             self._schedulers[key] = sched
         return sched
 
+    def retire(self, entry: ModelVersionEntry) -> Scheduler | None:
+        """Stop routing to a replaced or unloaded version: its scheduler goes (it finishes what it holds)."""
+        return self._schedulers.pop(entry.key, None)
+
+    def set_capacity(self, key: tuple[str, int, int], capacity: int) -> None:
+        """The version's instance count changed (autoscaling): its batcher may keep that many calls in flight."""
+        sched = self._schedulers.get(key)
+        if isinstance(sched, ModelScheduler):
+            sched.capacity = max(1, capacity)
+
     # -- statistics ----------------------------------------------------------
     def record_warmup(self, entry: ModelVersionEntry, figures: list[tuple[int, int, int, int]]) -> None:
         """Count warmup executions ((batch size, compute input/infer/output ns) each) as Triton does."""
@@ -199,7 +228,7 @@ class InferenceService:
 
     def local_stats(self) -> dict[StatsKey, ModelStats]:
         """This process's figures (a copy), keyed by (model, version)."""
-        return {(n, str(v)): s.stats.snapshot() for (n, v), s in self._schedulers.items()}
+        return {(n, str(v)): s.stats.snapshot() for (n, v, _), s in self._schedulers.items()}
 
     async def _local_stats(self) -> dict[StatsKey, ModelStats]:
         return self.local_stats()

@@ -227,7 +227,7 @@ async def test_error_codes(grpc_stub: Stub) -> None:
     [
         ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest),
         ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest),
-        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest),
+        ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest),
         ("TraceSetting", pb.TraceSettingRequest),
     ],
 )
