@@ -8,6 +8,9 @@ Layout, as in Triton::
 Anything else in a model directory is ignored, as are hidden directories.
 Loading a model reads its config, completes and validates it, and picks the
 served versions; nothing here imports a framework beyond ONNX Runtime's reader.
+A load may replace config.pbtxt by a config given with the request (the load
+API's ``config``) and read the model from another directory (files staged
+from the request); both go through the same completion and validation.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.version_policy import select_versions
 
 CONFIG_FILENAME = "config.pbtxt"
+# What messages name as the "file" when a load request's config replaces config.pbtxt.
+CONFIG_OVERRIDE = "config override"
 _MAX_VERSION = 2**63 - 1  # versions are int64 on the wire
 
 
@@ -70,13 +75,39 @@ class ModelRepository:
             raise InternalError(f"failed to poll from model repository '{self._root}': {exc}") from None
         return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
-    def load(self, name: str) -> ModelSource:
-        """Parse, complete and validate model ``name``; raise a ServeError saying why not."""
-        directory = self._model_dir(name)
+    def load(
+        self, name: str, *, config_override: mc.ModelConfig | None = None, directory: Path | None = None
+    ) -> ModelSource:
+        """Parse, complete and validate model ``name``; raise a ServeError saying why not.
+
+        ``config_override`` is used instead of config.pbtxt (it is completed and
+        validated the same way; an empty name becomes ``name``, another name is an
+        error).  ``directory`` reads the model's versions from there instead of
+        ``<root>/<name>`` (files staged from a load request).
+        """
+        if directory is None:
+            directory = self._model_dir(name)
+        else:
+            validate_model_name(name)
+            directory = Path(directory)
+            if not directory.is_dir():
+                raise NotFound(f"model '{name}': model directory '{directory}' does not exist")
         try:
-            return self._load(name, directory)
+            return self._load(name, directory, config_override)
         except OSError as exc:
             raise InternalError(f"model '{name}': failed to read '{directory}': {exc}") from None
+
+    def has_model(self, name: str) -> bool:
+        """Whether ``name`` is a (non-hidden) model directory of the repository."""
+        try:
+            self._model_dir(name)
+        except ServeError:
+            return False
+        return True
+
+    def model_dir(self, name: str) -> Path:
+        """The directory of model ``name``; NotFound or InvalidArgument as :meth:`load` says."""
+        return self._model_dir(name)
 
     def load_all(self) -> dict[str, ModelSource | ServeError]:
         """Every model in the repository; one that fails doesn't stop the others."""
@@ -90,15 +121,7 @@ class ModelRepository:
 
     def _model_dir(self, name: str) -> Path:
         """The directory of ``name``, which must be a plain name inside the root."""
-        separators = {"/", "\\", os.sep, os.altsep} - {None}
-        if (
-            not name
-            or name in (".", "..")
-            or "\x00" in name
-            or any(sep in name for sep in separators)
-            or Path(name).is_absolute()
-        ):
-            raise InvalidArgument(f"invalid model name {name!r}: must be a directory name in the model repository")
+        validate_model_name(name)
         directory = self._root / name
         if name.startswith(".") or not directory.is_dir():
             raise NotFound(
@@ -106,13 +129,19 @@ class ModelRepository:
             )
         return directory
 
-    def _load(self, name: str, directory: Path) -> ModelSource:
-        config_path = directory / CONFIG_FILENAME
-        has_config = config_path.is_file()
-        # The file messages name: config.pbtxt, else (generated config) the model file.
-        where = str(config_path if has_config else directory)
-        text = _read_text(config_path, name) if has_config else ""
-        config = parse_config(text, model=name, path=where)
+    def _load(self, name: str, directory: Path, config_override: mc.ModelConfig | None = None) -> ModelSource:
+        if config_override is not None:
+            has_config = True
+            where = CONFIG_OVERRIDE
+            config = mc.ModelConfig()
+            config.CopyFrom(config_override)
+        else:
+            config_path = directory / CONFIG_FILENAME
+            has_config = config_path.is_file()
+            # The file messages name: config.pbtxt, else (generated config) the model file.
+            where = str(config_path if has_config else directory)
+            text = _read_text(config_path, name) if has_config else ""
+            config = parse_config(text, model=name, path=where)
         if config.platform or config.backend:
             validate_platform(config, model=name, path=where)
         validate_model_filename(config, model=name, path=where)
@@ -151,6 +180,19 @@ class ModelRepository:
         validate_config(completed, model=name, path=where)
         labels = _labels(name, directory, completed, where)
         return ModelSource(name=name, directory=directory, config=completed, versions=versions, labels=labels)
+
+
+def validate_model_name(name: str) -> None:
+    """A model name must be a plain directory name: nothing that could leave the repository root."""
+    separators = {"/", "\\", os.sep, os.altsep} - {None}
+    if (
+        not name
+        or name in (".", "..")
+        or "\x00" in name
+        or any(sep in name for sep in separators)
+        or Path(name).is_absolute()
+    ):
+        raise InvalidArgument(f"invalid model name {name!r}: must be a directory name in the model repository")
 
 
 def _read_text(path: Path, model: str) -> str:

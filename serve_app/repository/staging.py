@@ -1,0 +1,102 @@
+"""Writing a load request's files into a fresh directory they cannot leave.
+
+Triton's load API takes ``file:<path>`` parameters (``file:1/model.onnx``) and
+writes them under a temporary model directory, refusing any path whose
+normalized form leaves it.  We refuse such paths before writing anything, and
+more strictly: no absolute paths, no ``..``, ``.`` or empty components, no
+backslashes (a Windows separator on one side is a file name on the other) and
+no NUL bytes.  Every directory and file is created new inside a directory
+nobody else has seen, without following links.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+
+from serve_app.errors import InvalidArgument
+from serve_app.repository.repository import validate_model_name
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def staged_path(path: str) -> PurePosixPath:
+    """``path`` as a relative path inside the model directory, or InvalidArgument saying why it is not one."""
+
+    def refuse(why: str) -> InvalidArgument:
+        return InvalidArgument(f"Invalid file parameter 'file:{path}': {why}; it must stay within model directory")
+
+    if not path:
+        raise refuse("the path is empty")
+    if "\x00" in path:
+        raise refuse("the path contains a NUL byte")
+    if "\\" in path:
+        raise refuse("the path contains a backslash")
+    if path.startswith("/"):
+        raise refuse("the path is absolute")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise refuse("the path has an empty, '.' or '..' component")
+    return PurePosixPath(*parts)
+
+
+def stage_files(files: Mapping[str, bytes], root: Path, model: str) -> Path:
+    """Write ``files`` (relative path -> content) under a new directory ``root/<model>-<random>``; return it.
+
+    Every path is checked before anything is written; if writing fails the
+    directory is removed again.
+    """
+    validate_model_name(model)
+    paths = {staged_path(path): bytes(content) for path, content in files.items()}
+    _check_no_file_is_a_directory(paths)
+    root.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix=f"{model}-", dir=root)).resolve()
+    try:
+        for rel, content in paths.items():
+            _write(directory, rel, content)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return directory
+
+
+def remove_staged(directory: Path, root: Path) -> None:
+    """Delete a directory :func:`stage_files` made under ``root``; anything else is left alone."""
+    directory, root = Path(directory), Path(root)
+    try:
+        inside = directory.resolve().parent == root.resolve()
+    except OSError:
+        return
+    if inside and directory.is_dir() and not directory.is_symlink():
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _check_no_file_is_a_directory(paths: Mapping[PurePosixPath, bytes]) -> None:
+    """``1`` and ``1/model.onnx`` can't both be files (Triton: 'directory has been created as a file')."""
+    for rel in paths:
+        for parent in rel.parents:
+            if parent != PurePosixPath(".") and parent in paths:
+                raise InvalidArgument(
+                    f"Invalid file parameter 'file:{rel}', directory '{parent}' has been given as a file"
+                )
+
+
+def _write(directory: Path, rel: PurePosixPath, content: bytes) -> None:
+    """Create ``rel``'s parent directories and the file itself, all new, none through a link."""
+    current = directory
+    for part in rel.parts[:-1]:
+        current = current / part
+        try:
+            current.mkdir()
+        except FileExistsError:
+            if current.is_symlink() or not current.is_dir():
+                raise InvalidArgument(f"Invalid file parameter 'file:{rel}': '{part}' is not a directory") from None
+    target = current / rel.parts[-1]
+    if not target.resolve().is_relative_to(directory):
+        raise InvalidArgument(f"Invalid file parameter 'file:{rel}': it must stay within model directory")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(content)
