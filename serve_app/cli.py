@@ -58,6 +58,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait until the cluster shows this many GPUs before planning instances (GPU nodes joining late)",
     )
     p.add_argument("--wait-for-gpus-s", type=float, default=600.0, help="longest wait for --wait-for-gpus")
+    p.add_argument(
+        "--model-control-mode",
+        choices=("none", "poll", "explicit"),
+        default="none",
+        help="as Triton's: none loads every model at start; poll also follows the repository's changes; "
+        "explicit loads the --load-model models, then the repository API loads and unloads",
+    )
+    p.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="explicit mode: a model to load at start (repeatable; '*' loads every model)",
+    )
+    p.add_argument(
+        "--repository-poll-secs", type=float, default=15.0, help="poll mode: seconds between repository polls"
+    )
+    p.add_argument(
+        "--autoscaling-file",
+        default="",
+        help="YAML/JSON file of per-model autoscaling settings, overriding the models' autoscaling.* parameters",
+    )
+    p.add_argument(
+        "--load-timeout-s",
+        type=float,
+        default=600.0,
+        help="longest wait for a model's instances to start before its load fails",
+    )
     return p
 
 
@@ -75,6 +103,11 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         gpu_resource_prefix=ns.gpu_resource_prefix,
         wait_for_gpus=ns.wait_for_gpus,
         wait_for_gpus_s=ns.wait_for_gpus_s,
+        model_control_mode=ns.model_control_mode,
+        load_model=tuple(ns.load_model),
+        repository_poll_secs=ns.repository_poll_secs,
+        autoscaling_file=os.path.abspath(ns.autoscaling_file) if ns.autoscaling_file else "",
+        load_timeout_s=ns.load_timeout_s,
     )
 
 

@@ -65,6 +65,10 @@ class Cancelled(ServeError):
     code = ErrorCode.CANCELLED
 
 
+class Draining(Unavailable):
+    """An instance that is stopping refused a batch before running it: safe to send elsewhere."""
+
+
 class InvalidConfig(InvalidArgument):
     """A model configuration (config.pbtxt or generated) that can't be served.
 

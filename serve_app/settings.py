@@ -7,6 +7,8 @@ from typing import Any
 
 from serve_app.errors import InvalidArgument
 
+CONTROL_MODES = ("none", "poll", "explicit")
+
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
@@ -33,6 +35,24 @@ class ServerSettings:
     # after the head, e.g. on KubeRay), for at most wait_for_gpus_s seconds; 0: plan with what is there.
     wait_for_gpus: int = 0
     wait_for_gpus_s: float = 600.0
+    # Triton's model control: none (load all at start), poll (also follow the repository's changes every
+    # repository_poll_secs) or explicit (load what load_model names, then the repository API decides).
+    model_control_mode: str = "none"
+    load_model: tuple[str, ...] = ()  # explicit mode's startup models; "*" is every model
+    repository_poll_secs: float = 15.0
+    # YAML/JSON file of per-model autoscaling settings ({model: {min_replicas: 1, max_replicas: 4, ...}})
+    # that win over the models' `autoscaling.*` config parameters.
+    autoscaling_file: str = ""
+    # Longest wait for a model's instances to start (placement included) before its load fails.
+    load_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.model_control_mode not in CONTROL_MODES:
+            raise InvalidArgument(
+                f"model_control_mode '{self.model_control_mode}' is not one of {', '.join(CONTROL_MODES)}"
+            )
+        if self.repository_poll_secs <= 0:
+            raise InvalidArgument("repository_poll_secs must be positive")
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServerSettings:
@@ -53,6 +73,8 @@ class ServerSettings:
                     values[key] = int(raw)
                 elif kind in ("float", float):
                     values[key] = float(raw)
+                elif str(kind).startswith("tuple"):
+                    values[key] = _names(raw)
                 else:
                     values[key] = str(raw)
             except (TypeError, ValueError):
@@ -61,6 +83,12 @@ class ServerSettings:
 
     def to_args(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _names(raw: Any) -> tuple[str, ...]:
+    """A list, or one comma-separated string (as `serve run key=value` gives it)."""
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+    return tuple(str(i).strip() for i in items if str(i).strip())
 
 
 def _boolean(raw: Any) -> bool:

@@ -21,6 +21,7 @@ class Execution:
     inputs: dict[str, np.ndarray]
     outputs: tuple[str, ...]  # outputs to produce; the union of what the batch's requests asked for
     batch_size: int  # 0 when the model does not batch
+    queue_ns: int = 0  # how long its oldest request waited in the gateway's queue
 
 
 @dataclass(slots=True)

@@ -140,6 +140,7 @@ class InstanceEvents:
     instance: str
     released: tuple[SlotEvent, ...] = ()
     occupied: tuple[SlotEvent, ...] = ()  # with a snapshot
+    draining: bool = False  # the instance is stopping: no new sequences
 
 
 def model_key(name: str, version: int | str) -> str:

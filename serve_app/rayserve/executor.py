@@ -2,10 +2,16 @@
 
 Calls go over each instance's direct channel (serve_app.transport) when the
 gateway holds one, else through the deployment's Serve handle.  The gateway
-learns the channel addresses with a Serve broadcast at start, every
-``REFRESH_S`` seconds (new or replaced replicas), and soon after a channel
-fails.  A batch whose channel breaks mid-call fails with UNAVAILABLE: it is not
-re-run, as its instance may have executed it.
+learns the channel addresses with a Serve broadcast when a model version is
+added, every ``REFRESH_S`` seconds (new or replaced replicas; more often for
+autoscaled ones), and soon after a channel fails.  A batch whose channel
+breaks mid-call fails with UNAVAILABLE: it is not re-run, as its instance may
+have executed it.  A batch a stopping instance refused (``Draining``) never
+ran, so it goes to another instance.
+
+Model versions come and go as the model manager loads and unloads them; each
+is keyed by (model, version, generation), so a reload's new instances serve
+beside the old ones until the old scheduler has drained.
 
 Sequence models always use channels (a step must reach one particular
 replica, which a Serve handle call can't name): their ports ask the sequence
@@ -17,28 +23,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
-from serve_app.errors import InternalError, Unavailable
+from serve_app.errors import Draining, InternalError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.sequence import model_key
 from serve_app.service.catalog import ModelVersionEntry
+from serve_app.service.serving_state import DeploymentRef
 from serve_app.transport import ChannelClient
 from serve_app.transport.sequence_port import ChannelPool, ChannelSequencePort, RouterLink
 
 logger = logging.getLogger("serve_app")
 
 REFRESH_S = 10.0
+AUTOSCALED_REFRESH_S = 2.0  # replicas come and go: find new ones quickly
 RETRY_REFRESH_S = 1.0
+MAX_DRAINING_RETRIES = 4
+VersionKey = tuple[str, int, int]  # (model, version, generation)
 
 
 class _Group:
     """One Serve deployment (an instance group) of a model version, and channels to its replicas."""
 
-    def __init__(self, name: str, handle: Any, replicas: int) -> None:
+    def __init__(self, name: str, handle: Any, replicas: int, autoscaled: bool = False) -> None:
         self.name = name
         self.handle = handle
         self.replicas = max(1, replicas)
+        self.autoscaled = autoscaled
         self.serve_inflight = 0
         self.clients: dict[tuple[str, int], ChannelClient] = {}
         self.refreshed_at = 0.0
@@ -46,6 +58,11 @@ class _Group:
 
     def load(self) -> float:
         return (self.serve_inflight + sum(c.inflight for c in self.clients.values())) / self.replicas
+
+    def live(self) -> int:
+        """Replicas it can take batches on now (the starting count until channels are known)."""
+        open_clients = sum(1 for c in self.clients.values() if not c.closed)
+        return open_clients if self.autoscaled and open_clients else self.replicas
 
     def pick(self) -> ChannelClient | None:
         best: ChannelClient | None = None
@@ -58,22 +75,23 @@ class _Group:
 class RayModelExecutor:
     def __init__(
         self,
-        groups: dict[tuple[str, int], list[tuple[str, Any, int]]],
         *,
         inflight_per_instance: int,
         channel_token: bytes = b"",
         direct: bool = True,
         router: Any = None,
+        on_capacity: Callable[[VersionKey, int], None] | None = None,
     ) -> None:
-        """``groups``: for each (model, version), its deployments' (name, handle, replica count).
-        ``direct``: batches go over channels (else Serve handles); ``router``: the sequence router's handle."""
-        self._groups = {key: [_Group(n, h, r) for n, h, r in gs] for key, gs in groups.items()}
+        """``direct``: batches go over channels (else Serve handles); ``router``: the sequence router's
+        handle; ``on_capacity``: told when a version's instance count changes (autoscaling)."""
+        self._groups: dict[VersionKey, list[_Group]] = {}
         self._per_instance = max(1, inflight_per_instance)
         self._token = channel_token if direct else b""
         self._refresher: asyncio.Task[None] | None = None
         self._pool = ChannelPool(channel_token)
         self._router = RouterLink(self._router_address, self._pool) if router is not None else None
         self._router_handle = router
+        self._on_capacity = on_capacity
 
     async def _router_address(self) -> tuple[str, int]:
         address: tuple[str, int] = await self._router_handle.address.remote()
@@ -84,26 +102,49 @@ class RayModelExecutor:
             raise InternalError(f"model '{entry.name}' has sequence batching but no sequence router runs")
         return ChannelSequencePort(model_key(entry.name, entry.version), self._router, self._pool)
 
-    async def start(self) -> None:
-        """Open channels to every replica that has one, and keep them current."""
-        if not self._token:
-            return
-        await asyncio.gather(*(self._refresh(g) for gs in self._groups.values() for g in gs))
-        self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
+    async def add_version(self, key: VersionKey, refs: tuple[DeploymentRef, ...]) -> None:
+        """Serve a model version's deployments: open channels to their replicas."""
+        from ray import serve
+
+        groups = [_Group(r.name, serve.get_deployment_handle(r.name, r.app), r.replicas, r.autoscaled) for r in refs]
+        self._groups[key] = groups
+        if self._token:
+            await asyncio.gather(*(self._refresh(g) for g in groups))
+        if self._refresher is None and self._token:
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    def remove_version(self, key: VersionKey) -> None:
+        for g in self._groups.pop(key, ()):
+            for c in g.clients.values():
+                c.close()
+
+    def handles(self, key: VersionKey) -> list[Any]:
+        return [g.handle for g in self._groups.get(key, ())]
+
+    def instances(self, entry: ModelVersionEntry) -> int:
+        """Instances of the version this gateway can reach now (channels; the planned count without)."""
+        return sum(g.live() if self._token else g.replicas for g in self._groups.get(entry.key, ()))
 
     def capacity(self, entry: ModelVersionEntry) -> int:
-        return sum(g.replicas for g in self._groups.get((entry.name, entry.version), ())) * self._per_instance
+        return sum(g.live() for g in self._groups.get(entry.key, ())) * self._per_instance
 
     async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]:
-        groups = self._groups.get((entry.name, entry.version))
+        groups = self._groups.get(entry.key)
         if not groups:
             raise InternalError(f"no deployment serves model '{entry.name}' version {entry.version}")
         group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
-        client = group.pick() if self._token else None
-        if client is not None:
+        for _ in range(MAX_DRAINING_RETRIES):
+            client = group.pick() if self._token else None
+            if client is None:
+                break
             try:
                 result: list[ExecutionResult] = await client.call(executions)
                 return result
+            except Draining:
+                # Stopping (scaled down or replaced) before it ran the batch: another instance takes it.
+                client.close()
+                group.clients = {a: c for a, c in group.clients.items() if c is not client}
+                self._refresh_soon(group)
             except Unavailable:
                 self._refresh_soon(group)
                 raise
@@ -124,13 +165,21 @@ class RayModelExecutor:
 
     async def _refresh_forever(self) -> None:
         while True:
-            await asyncio.sleep(REFRESH_S)
-            for gs in self._groups.values():
+            await asyncio.sleep(AUTOSCALED_REFRESH_S)
+            now = time.monotonic()
+            for key, gs in list(self._groups.items()):
+                before = sum(g.live() for g in gs)
                 for g in gs:
+                    due = AUTOSCALED_REFRESH_S if g.autoscaled else REFRESH_S
+                    if now - g.refreshed_at < due or g.refreshing is not None:
+                        continue
                     try:
                         await self._refresh(g)
                     except Exception:
                         logger.exception("refreshing the channels of %s failed", g.name)
+                after = sum(g.live() for g in gs)
+                if after != before and self._on_capacity is not None and key in self._groups:
+                    self._on_capacity(key, after * self._per_instance)
 
     async def _refresh(self, group: _Group) -> None:
         try:

@@ -6,6 +6,11 @@ Triton ports (SO_REUSEPORT: several gateway replicas may share them), decodes,
 validates and batches in place (each model version's scheduler lives here),
 and crosses Ray once per batch to the model deployments.  See README,
 "Architecture".
+
+What it serves comes from the model manager (:class:`ServingState`): pulled at
+start, pushed on every change, and long-polled in case a push was missed.  A
+replaced model version is retired only after its scheduler has drained, so
+a reload loses no request.
 """
 
 from __future__ import annotations
@@ -13,37 +18,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from dataclasses import dataclass, field
+import time
 from typing import Any
 
 from serve_app.inference.signature import ModelSignature
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.rayserve.executor import RayModelExecutor
+from serve_app.rayserve.executor import RayModelExecutor, VersionKey
+from serve_app.rayserve.repository_link import ManagerLink
 from serve_app.service import InferenceService, ModelCatalog, ModelState, ModelVersionEntry
 from serve_app.service.catalog import FailedModel, ensemble_readiness
 from serve_app.service.inference_service import StatsKey
+from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
 from serve_app.stats import ModelStats
 
 logger = logging.getLogger("serve_app")
 
-
-@dataclass(frozen=True, slots=True)
-class ServedVersion:
-    name: str
-    version: int
-    config_bytes: bytes
-    deployments: tuple[str, ...]  # Serve deployment names of its instance groups
-    replicas: tuple[int, ...] = ()  # replicas of each deployment
-    labels: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (output, class labels)
-
-
-@dataclass(frozen=True, slots=True)
-class GatewaySpec:
-    settings: ServerSettings
-    served: tuple[ServedVersion, ...]
-    failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (model, reason)
-    channel_token: bytes = b""  # shared with the model replicas and the sequence router
+DRAIN_TIMEOUT_S = 30.0
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -66,67 +57,103 @@ def _uvicorn(app: Any, sock: socket.socket) -> tuple[Any, asyncio.Task[None]]:
 
 
 class Gateway:
-    async def __init__(self, spec: GatewaySpec, handles: dict[str, Any], router: Any = None) -> None:
+    async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:
         from serve_app.grpc_server import start_grpc_server
         from serve_app.http_server import build_http_app, build_metrics_app
 
-        self.spec = spec
-        catalog = ModelCatalog()
-        groups: dict[tuple[str, int], list[tuple[str, Any, int]]] = {}
-        for sv in spec.served:
-            config = mc.ModelConfig.FromString(sv.config_bytes)
-            catalog.add(
-                ModelVersionEntry(
-                    name=sv.name,
-                    version=sv.version,
-                    config=config,
-                    signature=ModelSignature.from_config(config, str(sv.version)),
-                    state=ModelState.LOADING,
-                    labels=dict(sv.labels),
-                )
-            )
-            replicas = sv.replicas or (1,) * len(sv.deployments)
-            groups[(sv.name, sv.version)] = [(d, handles[d], n) for d, n in zip(sv.deployments, replicas, strict=True)]
-        for name, reason in spec.failed:
-            catalog.add_failed(FailedModel(name, reason))
-        self._groups = groups
-        self.catalog = catalog
-        s = spec.settings
+        self.settings = settings
+        self.catalog = ModelCatalog()
+        self._manager = manager
         self.executor = RayModelExecutor(
-            groups,
-            inflight_per_instance=s.max_inflight_per_instance,
-            channel_token=spec.channel_token,
-            direct=s.direct_channel,
+            inflight_per_instance=settings.max_inflight_per_instance,
+            channel_token=token,
+            direct=settings.direct_channel,
             router=router,
+            on_capacity=self._capacity_changed,
         )
-        self.service = InferenceService(catalog, self.executor)
-        if s.gateway_replicas > 1:
+        self.service = InferenceService(self.catalog, self.executor)
+        self.service.repository = ManagerLink(manager)
+        if settings.gateway_replicas > 1:
             self.service.stats_source = self._cluster_stats
+        self._revision = -1
+        self._apply_lock = asyncio.Lock()
+        self._counts_warmups: bool | None = None
+        await self.apply_state(await manager.state.remote())
+        s = settings
         self._http, self._http_task = _uvicorn(build_http_app(self.service), reuse_port_socket(s.host, s.http_port))
         self._metrics, self._metrics_task = _uvicorn(
             build_metrics_app(self.service), reuse_port_socket(s.host, s.metrics_port)
         )
         self._grpc = await start_grpc_server(self.service, s.host, s.grpc_port)
-        await self._refresh_states()
-        await self.executor.start()
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_state())
 
-    async def _refresh_states(self) -> None:
-        """Ask each model deployment whether its instances loaded."""
-        for (name, version), targets in self._groups.items():
-            entry = self.catalog.resolve(name, str(version))
-            reasons = []
-            for _, handle, _ in targets:
-                ok, reason = await handle.status.remote()
-                if not ok:
-                    reasons.append(reason)
-            entry.state = ModelState.UNAVAILABLE if reasons else ModelState.READY
-            entry.reason = "; ".join(reasons)
-        ensemble_readiness(self.catalog)
-        if self.spec.settings.gateway_replicas == 1 or await self._first_gateway():
-            await self._count_warmups()
+    # -- what it serves ----------------------------------------------------------------------
+    async def apply_state(self, state: ServingState) -> int:
+        """Serve ``state`` if it is newer; returns once replaced or removed versions have drained."""
+        retired: list[ModelVersionEntry] = []
+        added: list[ModelVersionEntry] = []
+        async with self._apply_lock:
+            if state.revision <= self._revision:
+                return self._revision
+            current = {(e.name, e.version): e for e in self.catalog.all_entries()}
+            wanted = state.versions()
+            for key, sv in wanted.items():
+                old = current.get(key)
+                if old is not None and old.generation == sv.generation:
+                    old.state, old.reason = ModelState(sv.state), sv.reason
+                    continue
+                entry = _entry(sv)
+                if sv.deployments:
+                    await self.executor.add_version(entry.key, sv.deployments)
+                self.catalog.add(entry)
+                added.append(entry)
+                if old is not None:
+                    retired.append(old)
+            for key, old in current.items():
+                if key not in wanted:
+                    self.catalog.remove(*key)
+                    retired.append(old)
+            failed = dict(state.failed)
+            for name in self.catalog.names():
+                if name not in failed and self.catalog.failed(name) is not None:
+                    self.catalog.remove_failed(name)
+            for name, reason in failed.items():
+                if not self.catalog.versions(name):
+                    self.catalog.add_failed(FailedModel(name, reason))
+            ensemble_readiness(self.catalog)
+            self._revision = state.revision
+        if added and await self._first_gateway():
+            await self._count_warmups(added)
+        await asyncio.gather(*(self._retire(e) for e in retired))
+        return self._revision
+
+    async def _retire(self, entry: ModelVersionEntry) -> None:
+        """Let the old version's queued and in-flight batches finish, then drop its channels."""
+        scheduler = self.service.retire(entry)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while scheduler is not None and not _drained(scheduler) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.executor.remove_version(entry.key)
+
+    async def _watch_state(self) -> None:
+        """Catch up with changes a push missed (this replica was starting, or a push failed)."""
+        while True:
+            try:
+                state = await self._manager.wait_state.remote(self._revision)
+                await self.apply_state(state)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("waiting for the model manager's state failed: %s", exc)
+                await asyncio.sleep(1.0)
+
+    def _capacity_changed(self, key: VersionKey, capacity: int) -> None:
+        self.service.set_capacity(key, capacity)
 
     async def _first_gateway(self) -> bool:
         """With several gateways, the one of rank 0 counts the warmups (statistics are summed over all)."""
+        if self.settings.gateway_replicas == 1:
+            return True
         from ray import serve
 
         try:
@@ -135,11 +162,10 @@ class Gateway:
         except Exception:
             return False
 
-    async def _count_warmups(self) -> None:
+    async def _count_warmups(self, entries: list[ModelVersionEntry]) -> None:
         """Triton counts warmup executions in the statistics: fold in what every instance ran at load."""
-        for (name, version), targets in self._groups.items():
-            entry = self.catalog.resolve(name, str(version))
-            for _, handle, _ in targets:
+        for entry in entries:
+            for handle in self.executor.handles(entry.key):
                 answers = await handle.broadcast("warmup_figures").results_async(return_exceptions=True)
                 figures = [f for a in answers if isinstance(a, list) for f in a]
                 if figures:
@@ -149,7 +175,7 @@ class Gateway:
         """Every gateway replica's figures, added up: each replica batches its own share of requests."""
         from ray import serve
 
-        app = self.spec.settings.app_name
+        app = self.settings.app_name
         handle = serve.get_deployment_handle("gateway", app)
         parts = await handle.broadcast("local_stats").results_async(return_exceptions=True)
         total: dict[StatsKey, ModelStats] = {}
@@ -167,8 +193,16 @@ class Gateway:
     async def local_stats(self) -> dict[StatsKey, ModelStats]:
         return self.service.local_stats()
 
-    async def model_states(self) -> list[tuple[str, int, str, str]]:
-        return [(e.name, e.version, e.state.value, e.reason) for e in self.catalog.all_entries()]
+    async def model_states(self) -> list[tuple[str, int | str, str, str]]:
+        """Every served version's state, and the models with none served (and why)."""
+        out: list[tuple[str, int | str, str, str]] = []
+        for name in self.catalog.names():
+            versions = self.catalog.versions(name)
+            failed = self.catalog.failed(name)
+            out += [(e.name, e.version, e.state.value, e.reason) for e in versions]
+            if not versions and failed is not None:
+                out.append((name, "-", ModelState.UNAVAILABLE.value, failed.reason))
+        return out
 
     async def check_health(self) -> None:
         if self._http_task.done():
@@ -177,7 +211,28 @@ class Gateway:
             raise RuntimeError("metrics server stopped")
 
     async def __del__(self) -> None:
+        self._watcher.cancel()
         self._http.should_exit = True
         self._metrics.should_exit = True
         self.executor.close()
         await self._grpc.stop(grace=1.0)
+
+
+def _entry(sv: ServedVersion) -> ModelVersionEntry:
+    config = mc.ModelConfig.FromString(sv.config_bytes)
+    return ModelVersionEntry(
+        name=sv.name,
+        version=sv.version,
+        config=config,
+        signature=ModelSignature.from_config(config, str(sv.version)),
+        state=ModelState(sv.state),
+        reason=sv.reason,
+        labels=dict(sv.labels),
+        generation=sv.generation,
+    )
+
+
+def _drained(scheduler: Any) -> bool:
+    """No request of the scheduler is queued or running (schedulers without a queue drain at once)."""
+    queue = getattr(getattr(scheduler, "batcher", None), "queue", None)
+    return getattr(scheduler, "inflight", 0) == 0 and (queue is None or len(queue) == 0)

@@ -20,8 +20,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from serve_app.autoscale import LoadMeter
 from serve_app.backends import BackendContext
-from serve_app.errors import Unavailable, as_serve_error
+from serve_app.errors import Draining, Unavailable, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.sequence import PollEvents, SequenceStep, StepResult
 from serve_app.placement import InstanceSpec
@@ -29,6 +30,9 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
 from serve_app.runtime.sequence_instance import SequenceInstance
 from serve_app.transport import ChannelServer
+
+# Below Serve's graceful_shutdown_timeout_s (model_apps.GRACEFUL_SHUTDOWN_S), which kills the actor.
+GRACEFUL_WAIT_S = 27.0
 
 
 class ModelReplica:
@@ -75,6 +79,10 @@ class ModelReplica:
         # One execution at a time per instance, off the replica's event loop.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{model_name}-exec")
         self.instance_id = uuid.uuid4().hex
+        self._meter = LoadMeter(window_s=1.0)  # what autoscaling reads (record_autoscaling_stats)
+        self._calls = 0  # batch calls in progress
+        self._stopping = False  # Serve is stopping this replica: take no new batches
+        self._unloading = False  # the model is unloaded: don't wait for live sequences
         self.sequence: SequenceInstance | None = None
         try:
             instance = ModelInstance(ctx)
@@ -107,13 +115,62 @@ class ModelReplica:
         if self.instance is None:
             err = Unavailable(f"model '{self.name}' version {self.version} failed to load: {self.load_error}")
             return [ExecutionResult(error=err) for _ in executions]
+        if self._stopping:
+            raise Draining(f"model '{self.name}' version {self.version}: this instance is stopping")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.instance.run_all, executions, time.perf_counter_ns())
+        self._calls += 1
+        try:
+            return await loop.run_in_executor(self._executor, self._run_all, executions, time.perf_counter_ns())
+        finally:
+            self._calls -= 1
+
+    def _run_all(self, executions: list[Execution], arrived_ns: int) -> list[ExecutionResult]:
+        assert self.instance is not None
+        for e in executions:
+            self._meter.queued(e.queue_ns / 1000)
+        self._meter.begin()
+        try:
+            return self.instance.run_all(executions, arrived_ns)
+        finally:
+            self._meter.end()
+
+    def _run_step(self, execution: Execution) -> ExecutionResult:
+        assert self.instance is not None
+        self._meter.begin()
+        try:
+            return self.instance.run(execution)
+        finally:
+            self._meter.end()
 
     async def _run_one(self, execution: Execution) -> ExecutionResult:
-        assert self.instance is not None
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.instance.run, execution)
+        return await loop.run_in_executor(self._executor, self._run_step, execution)
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """This instance's load for the model's autoscaling policy (Serve can't see channel traffic)."""
+        if self.sequence is not None:
+            self._meter.set_slots(self.sequence.live_sequences(), self.sequence.slots)
+        return self._meter.metrics()
+
+    async def prepare_unload(self) -> None:
+        """The model is being unloaded: stop at once when asked, live sequences or not."""
+        self._unloading = True
+
+    async def __del__(self) -> None:
+        """Stopping (scaled down, reloaded or unloaded): finish the batches in progress and, when only
+        scaled down, let live sequences end; new batches are refused with Draining, which gateways
+        send to another instance."""
+        self._stopping = True
+        deadline = time.monotonic() + GRACEFUL_WAIT_S
+        if self.sequence is not None:
+            self.sequence.drain()
+        while self._calls and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.sequence is not None and not self._unloading:
+            while self.sequence.live_sequences() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        if self._channel is not None:
+            self._channel.close()
 
     async def _on_channel(self, message: object) -> object:
         """What the direct channel carries: batches, sequence steps, and the router's polls."""

@@ -5,7 +5,9 @@ which instance and slot each live sequence has, and the backlog.  Gateways
 reach it over a direct channel (a START costs one round trip; the other steps
 of a sequence never touch it, see ``scheduling/sequence_scheduler.py``).
 
-It finds the sequence models' replicas with a Serve broadcast (every second
+The model manager tells it which sequence models are loaded (``set_models``;
+a reload brings a new generation, whose instances replace the old ones).
+It finds their replicas with a Serve broadcast (every second
 until each model has its replicas, then every few seconds) and keeps one
 long poll open to each: freed slots come back on it, and a poll that breaks
 means the instance is gone, so its sequences are marked lost at once.  If
@@ -39,20 +41,20 @@ class SequenceModelSpec:
     key: str  # "<name>:<version>"
     name: str
     slots_per_instance: int
-    deployments: tuple[tuple[str, int], ...]  # (Serve deployment name, replicas)
+    deployments: tuple[tuple[str, str, int], ...]  # (Serve application, deployment name, replicas)
+    generation: int = 0
 
 
 class SequenceRouterDeployment:
-    async def __init__(self, models: tuple[SequenceModelSpec, ...], handles: dict[str, Any], token: bytes) -> None:
+    async def __init__(self, token: bytes) -> None:
         import ray
 
         self.core = SequenceRouter()
-        self._models = models
-        self._handles = handles
+        self._models: dict[str, SequenceModelSpec] = {}
+        self._handles: dict[tuple[str, str], Any] = {}
         self._token = token
         self._watched: dict[str, asyncio.Task[None]] = {}  # instance id -> poll loop
-        for m in models:
-            self.core.add_model(m.key, m.name, m.slots_per_instance)
+        self._owner: dict[str, str] = {}  # instance id -> model key
         self._server = ChannelServer(self.core.handle, token)
         self._address = await self._server.start(ray.util.get_node_ip_address())
         self._discoverer = asyncio.get_running_loop().create_task(self._discover_forever())
@@ -60,9 +62,41 @@ class SequenceRouterDeployment:
     async def address(self) -> tuple[str, int]:
         return self._address
 
+    async def set_models(self, models: tuple[SequenceModelSpec, ...]) -> None:
+        """The loaded sequence models.  A model gone, or back with another generation, loses its live
+        sequences (as an unload ends them in Triton); its instances are forgotten."""
+        from ray import serve
+
+        wanted = {m.key: m for m in models}
+        for key, old in list(self._models.items()):
+            new = wanted.get(key)
+            if new is not None and new == old:
+                continue
+            why = "its model was unloaded" if new is None else "its model was reloaded"
+            for instance, owner in list(self._owner.items()):
+                if owner == key:
+                    task = self._watched.pop(instance, None)
+                    if task is not None:
+                        task.cancel()
+                    self._owner.pop(instance, None)
+                    self.core.instance_down(key, instance, why)
+            self.core.remove_model(key)
+            del self._models[key]
+        for key, m in wanted.items():
+            if key in self._models:
+                continue
+            self._models[key] = m
+            self.core.add_model(m.key, m.name, m.slots_per_instance)
+            for app, name, _ in m.deployments:
+                if (app, name) not in self._handles:
+                    self._handles[(app, name)] = serve.get_deployment_handle(name, app)
+        live = {(a, n) for m in self._models.values() for a, n, _ in m.deployments}
+        for ref in set(self._handles) - live:
+            del self._handles[ref]
+
     async def instances(self) -> dict[str, int]:
         """Instances known per model (for tests and status)."""
-        return {m.key: len(self.core.assigner(m.key).instances()) for m in self._models}
+        return {key: len(self.core.assigner(key).instances()) for key in self._models}
 
     async def check_health(self) -> None:
         if self._discoverer.done():
@@ -72,7 +106,7 @@ class SequenceRouterDeployment:
     async def _discover_forever(self) -> None:
         while True:
             complete = True
-            for m in self._models:
+            for m in list(self._models.values()):
                 try:
                     complete &= await self._discover(m)
                 except Exception:
@@ -82,19 +116,23 @@ class SequenceRouterDeployment:
 
     async def _discover(self, model: SequenceModelSpec) -> bool:
         found = 0
-        for name, replicas in model.deployments:
-            answers = await self._handles[name].broadcast("sequence_address").results_async(return_exceptions=True)
+        for app, name, replicas in model.deployments:
+            handle = self._handles.get((app, name))
+            if handle is None or self._models.get(model.key) is not model:
+                return True  # unloaded meanwhile
+            answers = await handle.broadcast("sequence_address").results_async(return_exceptions=True)
             for answer in answers:
                 if not isinstance(answer, (tuple, list)) or len(answer) != 3:
                     continue
                 instance, host, port = answer
                 found += 1
-                if instance not in self._watched:
+                if instance not in self._watched and self._models.get(model.key) is model:
                     task = asyncio.get_running_loop().create_task(self._watch(model.key, instance, (host, int(port))))
                     self._watched[instance] = task
+                    self._owner[instance] = model.key
             if len(answers) < replicas:
                 found = -1
-        return found >= sum(r for _, r in model.deployments)
+        return found >= sum(r for _, _, r in model.deployments)
 
     async def _watch(self, key: str, instance: str, address: tuple[str, int]) -> None:
         client = ChannelClient(address)
@@ -109,15 +147,18 @@ class SequenceRouterDeployment:
             while True:
                 events = await asyncio.wait_for(client.call(PollEvents(wait_s=POLL_WAIT_S)), POLL_TIMEOUT_S)
                 self.core.released(key, events, time.monotonic_ns())
+                self.core.assigner(key).set_draining(instance, events.draining)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             reason = f"its model instance at {address[0]}:{address[1]} failed ({as_serve_error(exc).message})"
         finally:
             client.close()
-            if up:
+            if up and self._owner.get(instance) == key:
                 self.core.instance_down(key, instance, reason)
-            self._watched.pop(instance, None)
+            if self._owner.get(instance) == key:
+                self._watched.pop(instance, None)
+                self._owner.pop(instance, None)
 
     async def __del__(self) -> None:
         self._discoverer.cancel()

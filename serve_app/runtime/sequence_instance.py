@@ -69,6 +69,7 @@ class SequenceInstance:
         self._timer: asyncio.TimerHandle | None = None
         self._released: list[SlotEvent] = []
         self._events = asyncio.Event()
+        self.draining = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._on_release = on_release
 
@@ -255,7 +256,19 @@ class SequenceInstance:
                 pass
         released, self._released = tuple(self._released), []
         self._events.clear()
-        return InstanceEvents(self.id, released, tuple(self.batcher.occupied()))
+        return InstanceEvents(self.id, released, tuple(self.batcher.occupied()), self.draining)
+
+    def drain(self) -> None:
+        """Stopping: tell the router at its next poll to give this instance no new sequence."""
+        self.draining = True
+        self._events.set()
+
+    def live_sequences(self) -> int:
+        return len(self.batcher.occupied())
+
+    @property
+    def slots(self) -> int:
+        return self.batcher.config.slots
 
 
 def _resolve(future: asyncio.Future[StepResult], result: StepResult) -> None:

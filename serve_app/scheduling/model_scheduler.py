@@ -154,7 +154,10 @@ class ModelScheduler:
             for j in group:
                 j.dispatch_ns = now
             size = sum(j.batch_size for j in group) if self._batched else 0
-            executions.append(Execution(merge_inputs(requests), union_outputs(requests, self._all_outputs), size))
+            waited = now - min(j.arrival_ns for j in group)  # the oldest request's wait: autoscaling reads it
+            executions.append(
+                Execution(merge_inputs(requests), union_outputs(requests, self._all_outputs), size, max(0, waited))
+            )
             jobs.append(group)
             self.stats.pending -= len(group)
         self.inflight += 1

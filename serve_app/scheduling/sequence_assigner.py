@@ -37,6 +37,7 @@ class _Instance:
     free: list[int]  # heap of free slots
     owners: dict[int, CorrId] = field(default_factory=dict)
     unseen: dict[int, int] = field(default_factory=dict)  # slot -> since when its instance has not held it
+    draining: bool = False  # stopping: keeps its sequences, takes no new one
 
 
 class SequenceAssigner:
@@ -84,6 +85,12 @@ class SequenceAssigner:
             self.active.pop(corr, None)
             self._remember_lost(corr, reason)
         return lost
+
+    def set_draining(self, instance: str, draining: bool) -> None:
+        """A stopping instance (scaled down) serves its live sequences to their end but gets no new one."""
+        inst = self._instances.get(instance)
+        if inst is not None:
+            inst.draining = draining
 
     # -- sequences ----------------------------------------------------------------
     def start(self, corr_id: CorrId) -> Assignment | None:
@@ -173,7 +180,7 @@ class SequenceAssigner:
     def _most_free(self) -> _Instance | None:
         best: _Instance | None = None
         for inst in self._instances.values():
-            if inst.free and (best is None or len(inst.free) > len(best.free)):
+            if inst.free and not inst.draining and (best is None or len(inst.free) > len(best.free)):
                 best = inst
         return best
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from serve_app.errors import NotFound
+from serve_app.errors import NotFound, Unavailable
 from serve_app.inference.sequence import (
     Assignment,
     AssignRequest,
@@ -34,6 +34,14 @@ class SequenceRouter:
 
     def add_model(self, key: str, model_name: str, slots_per_instance: int, grace_ns: int = 10_000_000_000) -> None:
         self._models.setdefault(key, SequenceAssigner(model_name, slots_per_instance, grace_ns))
+
+    def remove_model(self, key: str) -> None:
+        """Forget an unloaded model; sequences waiting in its backlog fail."""
+        self._models.pop(key, None)
+        for waiter_key in [k for k in self._waiters if k[0] == key]:
+            for future in self._waiters.pop(waiter_key):
+                if not future.done():
+                    future.set_exception(Unavailable(f"model '{key}' was unloaded"))
 
     def assigner(self, key: str) -> SequenceAssigner:
         table = self._models.get(key)

@@ -26,6 +26,7 @@ _LABEL_OK = re.compile(r"[^a-zA-Z0-9_]")
 class ModelMetrics:
     stats: ModelStats
     tags: Mapping[str, str]  # the config's metric_tags
+    instances: int | None = None  # instances serving it now (ours: autoscaling moves it); None: not known
 
 
 def _labels(m: ModelMetrics) -> dict[str, str]:
@@ -97,4 +98,13 @@ def render(models: Sequence[ModelMetrics]) -> bytes:
         "gauge",
         (_sample("nv_inference_pending_request_count", lb, max(0, s.pending)) for s, lb in labelled),
     )
+    counted = [(m.instances, lb) for m, (_, lb) in zip(models, labelled, strict=True) if m.instances is not None]
+    if counted:
+        family(
+            "serve_app_model_instances",
+            "Model instances (Ray Serve replicas) serving the model version now; autoscaling changes it.",
+            "gauge",
+            (_sample("serve_app_model_instances", {"model": lb["model"], "version": lb["version"]}, n)
+             for n, lb in counted),
+        )  # fmt: skip
     return ("\n".join(lines) + "\n").encode()

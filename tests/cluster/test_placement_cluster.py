@@ -77,11 +77,36 @@ def write_repo(root: pathlib.Path, models: dict[str, str]) -> pathlib.Path:
     return root
 
 
+def model_app(app: str, deployment: str) -> str:
+    """The Serve application the server ``app`` runs ``deployment`` in (one per deployment), or ``app``."""
+    from ray import serve
+
+    prefix = f"{app}--{deployment}--"
+    names = [n for n in serve.status().applications if n.startswith(prefix)]
+    return names[0] if names else app
+
+
+def plan_report(repo: pathlib.Path, settings: ServerSettings, gpus: ClusterGpus) -> list[str]:
+    """What the model manager logs when it plans the repository's models on ``gpus``."""
+    from serve_app.errors import ServeError
+    from serve_app.rayserve.model_apps import plan_model_apps
+    from serve_app.repository import ModelRepository
+
+    report, sources = [], {}
+    for name, source in ModelRepository(repo).load_all().items():
+        if isinstance(source, ServeError):
+            report.append(f"model '{name}': failed to load: {source.message}")
+        else:
+            sources[name] = source
+    plan = plan_model_apps(sources, dict.fromkeys(sources, 0), settings, gpus, b"", {})
+    return report + plan.messages + [f"model '{n}': failed to load: {r}" for n, r in plan.failed.items()]
+
+
 def placements(app: str, deployment: str, replicas: int, cluster: SimCluster) -> list[dict[str, Any]]:
     """Every replica's ``placement()``, with its node's name (waits until the handle sees them all)."""
     from ray import serve
 
-    handle = serve.get_deployment_handle(deployment, app)
+    handle = serve.get_deployment_handle(deployment, model_app(app, deployment))
     deadline = time.monotonic() + 60
     while True:
         found = handle.broadcast("placement").results(timeout_s=30)
@@ -116,12 +141,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def deployed(gpu_cluster: SimCluster, repo: pathlib.Path) -> Deployed:
     from ray import serve
 
-    from serve_app.rayserve.app_builder import build_application
+    from serve_app.rayserve.app_builder import build_application, cluster_gpus
 
     settings = settings_for(repo, APP)
-    report: list[str] = []
-    app = build_application(settings, report=report.append)
+    app = build_application(settings, report=lambda _: None)
     serve.run(app, name=APP, route_prefix=None)
+    report = plan_report(repo, settings, cluster_gpus(GPU_RESOURCE_PREFIX))
     return Deployed(settings, report, gpu_cluster)
 
 
@@ -201,11 +226,7 @@ def test_invalid_groups_fail_their_model_only(deployed: Deployed) -> None:
 
 def test_gpu_lists_without_per_gpu_resources_fail_with_how_to_declare_them(repo: pathlib.Path) -> None:
     """The same repository on a cluster whose GPUs have no gpu_idx_<i> resources (no deployment needed)."""
-    from serve_app.rayserve.app_builder import build_application
-
-    report: list[str] = []
-    build_application(settings_for(repo, "unused"), gpus=ClusterGpus(total=8), report=report.append)
-    text = "\n".join(report)
+    text = "\n".join(plan_report(repo, settings_for(repo, "unused"), ClusterGpus(total=8)))
     assert "model 'pinned': failed to load: " in text
     assert "declare no per-GPU resources ('gpu_idx_<index>')" in text
     assert "model 'everywhere' version 1: deploying (8x KIND_GPU (1 GPU each))" in text  # Ray picks the GPUs

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import example_models
 import pytest
 
-from tests.e2e import ensemble_models, sequence_models, torchscript_models, warmup_models
+from tests.e2e import control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
 from tests.e2e.models import identity_all, slow_identity
 
 STARTUP_TIMEOUT_S = 240
@@ -78,6 +78,7 @@ def build_repository(repo: pathlib.Path) -> None:
     warmup_models.build(repo)  # warmup_ok/_bad for test_warmup.py
     torchscript_models.build_all(repo)  # ts_* models for test_torchscript.py (none without PyTorch)
     ensemble_models.build_all(repo)  # ens_onnx, ens_mixed and scores for test_ensemble_classification.py
+    control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
 
 
 def _ready(http_url: str) -> bool:
@@ -90,12 +91,12 @@ def _ready(http_url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repo = tmp_path_factory.mktemp("model_repository")
-    build_repository(repo)
+def start_server(
+    tmp_path_factory: pytest.TempPathFactory, repo: pathlib.Path, extra: list[str], tag: str
+) -> tuple[Server, float]:
+    """Start ``python -m serve_app`` (its own Ray) on free ports; returns it once ready, and how long that took."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    log = tmp_path_factory.mktemp("server_log") / "server.log"
+    log = tmp_path_factory.mktemp(f"{tag}_log") / "server.log"
     env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1")
     cmd = [
         sys.executable, "-m", "serve_app",
@@ -107,19 +108,49 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--num-cpus", "16",
         "--instance-cpus", "0.5",
         "--object-store-memory", str(256 * 1024 * 1024),
+        *extra,
     ]  # fmt: skip
+    t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     http_url, grpc_url = f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not (_ready(http_url) and b"serve_app ready" in log.read_bytes()):
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"server did not start:\n{log.read_text()[-5000:]}")
         time.sleep(0.5)
-    yield Server(http_url, grpc_url, f"http://127.0.0.1:{metrics_port}/metrics", repo, proc, log)
-    proc.send_signal(signal.SIGTERM)
+    server = Server(http_url, grpc_url, f"http://127.0.0.1:{metrics_port}/metrics", repo, proc, log)
+    return server, time.monotonic() - t0
+
+
+def stop_server(server: Server) -> None:
+    server.proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=60)
+        server.proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(server.proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Explicit model control with every model loaded at start, so the repository API works on it."""
+    repo = tmp_path_factory.mktemp("model_repository")
+    build_repository(repo)
+    started, _ = start_server(
+        tmp_path_factory, repo, ["--model-control-mode", "explicit", "--load-model", "*"], "server"
+    )
+    yield started
+    stop_server(started)
+
+
+@pytest.fixture(scope="session")
+def poll_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A second server in poll mode (its own Ray), for poll and autoscaling tests."""
+    repo = tmp_path_factory.mktemp("poll_repository")
+    control_models.build_poll(repo)
+    started, _ = start_server(
+        tmp_path_factory, repo, ["--model-control-mode", "poll", "--repository-poll-secs", "1"], "poll"
+    )
+    yield started
+    stop_server(started)

@@ -332,3 +332,15 @@ def test_reconcile_frees_a_duplicate_snapshot_slot() -> None:
 
 def test_default_grace_period() -> None:
     assert SequenceAssigner("m", 1).grace_ns == 10_000_000_000
+
+
+def test_a_draining_instance_keeps_its_sequences_but_takes_no_new_one() -> None:
+    a = assigner(slots=2, instances=("A", "B"))
+    assert where(a.start(1))[0] == "A"
+    a.set_draining("A", True)
+    assert [where(a.start(c))[0] for c in (2, 3)] == ["B", "B"]
+    assert a.start(4) is None  # A's free slot is not offered: the START waits in the backlog
+    assert where(a.lookup(1)) == ("A", 0)  # its live sequence continues there
+    a.set_draining("A", False)
+    assert [c for c, _ in release(a, 2)] == [4]  # a freed slot admits the backlog again
+    a.set_draining("missing", True)  # an unknown instance is ignored

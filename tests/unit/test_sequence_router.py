@@ -240,3 +240,22 @@ async def test_restart_of_an_id_racing_its_release() -> None:
         assert not other.done()
     finally:
         other.cancel()
+
+
+async def test_remove_model_fails_its_backlog_and_forgets_it() -> None:
+    r = router(slots=1)
+    await r.assign(KEY, 1)
+    waiting = asyncio.ensure_future(r.assign(KEY, 2))
+    await settle()
+    r.remove_model(KEY)
+    with pytest.raises(Unavailable, match="was unloaded"):
+        await waiting
+    with pytest.raises(NotFound):
+        await r.assign(KEY, 3)
+    r.remove_model(KEY)  # twice is fine
+
+
+async def test_instance_poll_reports_draining() -> None:
+    events = InstanceEvents("A", (), (), True)
+    assert events.draining
+    assert not InstanceEvents("A").draining

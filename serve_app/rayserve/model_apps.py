@@ -1,0 +1,164 @@
+"""Model versions → Serve applications: one application per instance group deployment.
+
+A Serve application can't gain or lose deployments without restarting all of
+them, so each deployment of a model gets an application of its own (no route
+prefix; nothing routes to it but our gateways).  Loading, reloading and
+unloading a model then start and delete only its own applications.  A reload
+deploys a new *generation* beside the old one, so traffic moves only once the
+new instances are up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from serve_app.autoscale import AutoscalingSpec, serve_autoscaling_config
+from serve_app.config import ENSEMBLE_PLATFORM
+from serve_app.config.ensemble_deps import composing_models
+from serve_app.inference.sequence import model_key
+from serve_app.placement import ClusterGpus, ReplicaGroup, instance_spec, plan_replicas, share_gpus
+from serve_app.rayserve.sequence_router import SequenceModelSpec
+from serve_app.repository import ModelSource
+from serve_app.scheduling.sequence_batcher import SequenceBatchingConfig
+from serve_app.service.serving_state import DeploymentRef, ServedVersion
+from serve_app.settings import ServerSettings
+
+# Our replicas never block their event loop (models run in an executor thread),
+# so Serve can run user code and the handle router on the replica's main loop
+# and skip two cross-thread hand-offs per call.
+REPLICA_ENV = {
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+}
+
+# One access-log line per Ray call costs CPU on the hot path; errors are still logged.
+QUIET_LOGS = {"enable_access_log": False}
+
+# How long a stopping instance may finish its work (in-flight batches; live sequences when scaled down).
+GRACEFUL_SHUTDOWN_S = 30.0
+
+
+def deployment_name(model: str, version: int, group: int, device: int | None = None) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+    suffix = "" if device is None else f".gpu{device}"
+    return f"{safe}.v{version}.g{group}{suffix}"
+
+
+def app_name(server_app: str, deployment: str, generation: int) -> str:
+    return f"{server_app}--{deployment}--{generation}"
+
+
+@dataclass(slots=True)
+class ModelApps:
+    """What deploying some models takes: Serve applications to run, and what they will serve."""
+
+    apps: dict[str, Any] = field(default_factory=dict)  # application name -> bound deployment
+    served: list[ServedVersion] = field(default_factory=list)
+    sequence_models: list[SequenceModelSpec] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # model -> why it can't be deployed
+    messages: list[str] = field(default_factory=list)
+
+
+def plan_model_apps(
+    sources: Mapping[str, ModelSource],
+    generations: Mapping[str, int],
+    settings: ServerSettings,
+    gpus: ClusterGpus,
+    token: bytes,
+    autoscaling: Mapping[str, AutoscalingSpec | None],
+) -> ModelApps:
+    """Applications for ``sources`` (each at its generation).  GPU shares are split evenly among the
+    instances planned here that Triton would put on a GPU."""
+    from ray import serve
+
+    from serve_app.rayserve.model_deployment import ModelReplica
+
+    out = ModelApps()
+    plans: dict[str, list[ReplicaGroup]] = {}
+    for name, source in sources.items():
+        if source.config.platform == ENSEMBLE_PLATFORM:
+            continue
+        try:
+            plans[name] = plan_replicas(source.config, gpus, cpus_per_instance=settings.instance_cpus)
+        except Exception as exc:
+            out.failed[name] = getattr(exc, "message", str(exc))
+    plans = share_gpus(plans, {n: len(sources[n].versions) for n in plans})
+    for name, source in sources.items():
+        if name in out.failed:
+            continue
+        gen = generations[name]
+        config_bytes = source.config.SerializeToString()
+        labels = tuple(source.labels.items())
+        if name not in plans:  # an ensemble: its steps run from the gateway, it has no instances
+            for version in source.versions:
+                out.served.append(ServedVersion(name, version, config_bytes, (), labels, gen, "LOADING"))
+                out.messages.append(
+                    f"model '{name}' version {version}: ensemble of {', '.join(composing_models(source.config))}"
+                )
+            continue
+        scaling = autoscaling.get(name)
+        sequence = source.config.HasField("sequence_batching")
+        for version, model_file in source.versions.items():
+            refs = []
+            for group in plans[name]:
+                dname = deployment_name(name, version, group.group_index, group.device)
+                aname = app_name(settings.app_name, dname, gen)
+                options = replica_options(group, settings, scaling, sequence)
+                out.apps[aname] = (
+                    serve.deployment(ModelReplica)
+                    .options(name=dname, **options)
+                    .bind(name, version, config_bytes, str(model_file), group.kind, token, instance_spec(group))
+                )
+                start = scaling.initial_replicas or scaling.min_replicas if scaling else group.num_replicas
+                refs.append(DeploymentRef(aname, dname, max(1, start or 1), scaling is not None))
+            out.served.append(ServedVersion(name, version, config_bytes, tuple(refs), labels, gen, "LOADING"))
+            if sequence:
+                slots = SequenceBatchingConfig.from_model_config(source.config).slots
+                out.sequence_models.append(
+                    SequenceModelSpec(
+                        model_key(name, version), name, slots, tuple((r.app, r.name, r.replicas) for r in refs), gen
+                    )
+                )
+            kinds = ", ".join(f"{g.num_replicas}x {g.kind}{_where(g)}" for g in plans[name])
+            scaled = f", autoscaling {scaling.min_replicas}..{scaling.max_replicas}" if scaling else ""
+            out.messages.append(f"model '{name}' version {version}: deploying ({kinds}{scaled})")
+    return out
+
+
+def replica_options(
+    group: ReplicaGroup, settings: ServerSettings, scaling: AutoscalingSpec | None = None, sequence: bool = False
+) -> dict[str, Any]:
+    """Serve deployment options for one replica group (one replica = one Triton instance)."""
+    actor: dict[str, Any] = {
+        "num_cpus": group.num_cpus,
+        "num_gpus": group.num_gpus,
+        "runtime_env": {"env_vars": REPLICA_ENV},
+    }
+    if group.resources:
+        actor["resources"] = dict(group.resources)
+    options: dict[str, Any] = {
+        "max_ongoing_requests": max(8, settings.max_inflight_per_instance * settings.gateway_replicas * 2),
+        "logging_config": QUIET_LOGS,
+        "ray_actor_options": actor,
+        "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
+        "graceful_shutdown_wait_loop_s": 0.2,
+    }
+    if scaling is not None:
+        options["autoscaling_config"] = serve_autoscaling_config(scaling, sequence=sequence)
+    else:
+        options["num_replicas"] = group.num_replicas
+    if group.max_per_node:
+        # count instances on this GPU index of each node that has it, as Triton on every node would.
+        options["max_replicas_per_node"] = group.max_per_node
+    return options
+
+
+def _where(group: ReplicaGroup) -> str:
+    if group.device is not None:
+        return f" on GPU {group.device} ({group.count} per node)"
+    if group.num_gpus:
+        return f" ({group.num_gpus:g} GPU each)"
+    return ""

@@ -1,0 +1,361 @@
+"""The model manager: one Serve deployment (one replica) that owns the set of loaded models.
+
+It decides with :class:`~serve_app.repository.model_control.ModelControl`
+(Triton's control modes and repository API rules) and acts on Ray Serve:
+each model version's instance groups run as Serve applications of their own
+(``model_apps.py``), so loading or unloading one model never restarts
+another.  Every change bumps a revision of :class:`ServingState`, which is
+pushed to every gateway replica (and pulled by gateways that start later), so
+all front ends serve the same set.
+
+A load or reload deploys the new generation beside the old one, waits until
+its instances are up, switches the gateways, waits for them to drain the old
+one, then deletes it: requests under load keep succeeding throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override_file
+from serve_app.config.ensemble_deps import ensemble_problems
+from serve_app.errors import ServeError, as_serve_error
+from serve_app.placement import ClusterGpus
+from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
+from serve_app.rayserve.sequence_router import SequenceModelSpec
+from serve_app.repository import ModelRepository, ModelSource
+from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
+from serve_app.service.inference_service import IndexEntry
+from serve_app.service.serving_state import ServedVersion, ServingState
+from serve_app.settings import ServerSettings
+
+logger = logging.getLogger("ray.serve")
+
+APP_POLL_S = 0.25
+WATCH_TIMEOUT_S = 30.0
+
+
+class ModelManager:
+    async def __init__(
+        self, settings: ServerSettings, token: bytes, router: Any, gpus: ClusterGpus | None = None
+    ) -> None:
+        from serve_app.rayserve.app_builder import wait_for_gpus
+
+        self.settings = settings
+        self._token = token
+        self._router = router
+        self._repo = ModelRepository(settings.model_repository)
+        self.mode = parse_control_mode(settings.model_control_mode)
+        self.control = ModelControl(self._repo, self.mode, settings.load_model)
+        self._scaling_overrides: dict[str, dict[str, Any]] = (
+            load_override_file(settings.autoscaling_file) if settings.autoscaling_file else {}
+        )
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self._revision = 0
+        self._served: dict[str, list[ServedVersion]] = {}  # model -> its served versions (one generation)
+        self._apps: dict[str, list[str]] = {}  # model -> its Serve applications
+        self._sequence: dict[str, list[SequenceModelSpec]] = {}
+        self._failed: dict[str, str] = {}  # model -> why nothing of it is served
+        self._next_generation = time.time_ns() // 1_000_000  # unique across manager restarts
+        self._gpus = gpus if gpus is not None else await asyncio.to_thread(wait_for_gpus, settings, logger.info)
+        orphans = await asyncio.to_thread(self._own_apps)
+        async with self._lock:
+            await self._deploy(self._startup_sources())
+        if orphans:  # applications a previous manager of this server left behind
+            await asyncio.to_thread(_delete_apps, orphans)
+        self._poller = (
+            asyncio.get_running_loop().create_task(self._poll_forever()) if self.mode is ControlMode.POLL else None
+        )
+
+    # -- what gateways read ------------------------------------------------------------------
+    async def state(self) -> ServingState:
+        return self._snapshot()
+
+    async def wait_state(self, revision: int, timeout_s: float = WATCH_TIMEOUT_S) -> ServingState:
+        """The state once its revision passes ``revision`` (a long poll), or the current one after the timeout."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self._revision > revision), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        return self._snapshot()
+
+    async def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        states = {(v.name, v.version): (v.state, v.reason) for vs in self._served.values() for v in vs}
+        return self.control.index(ready_only, states)
+
+    # -- the repository API --------------------------------------------------------------------
+    async def load(self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None) -> None:
+        """Load (or reload) ``name``; returns once it serves, or raises why it doesn't."""
+        async with self._lock:
+            plan = self.control.prepare_load(name, config_json, dict(files or {}))
+            failures = await self._deploy(dict(plan.sources)) if plan.sources else {}
+            if plan.unload:  # ensembles the reload left without the steps they need
+                await self._remove(list(plan.unload), reason="unloaded")
+        if name in failures:
+            raise _load_error(name, failures[name])
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        async with self._lock:
+            names = self.control.prepare_unload(name, unload_dependents)
+            await self._remove(names, reason="unloaded")
+
+    # -- deploying -------------------------------------------------------------------------------
+    def _startup_sources(self) -> dict[str, ModelSource]:
+        sources: dict[str, ModelSource] = {}
+        for name in self.control.startup():
+            try:
+                sources[name] = self._repo.load(name)
+            except Exception as exc:
+                err = as_serve_error(exc)
+                logger.warning("model '%s': failed to load: %s", name, err.message)
+                self._failed[name] = err.message
+                self.control.load_failed(name, err.message)
+        return sources
+
+    async def _deploy(self, sources: dict[str, ModelSource]) -> dict[str, str]:
+        """Deploy a new generation of each model in ``sources``; publish those that came up.
+        Returns the models that failed, and why (a failed reload keeps the old generation serving)."""
+        requested = sources
+        sources, scaling, failures = self._checked(sources)
+        generations = {}
+        for name in sources:
+            self._next_generation += 1
+            generations[name] = self._next_generation
+        plan = plan_model_apps(sources, generations, self.settings, self._gpus, self._token, scaling)
+        for message in plan.messages:
+            logger.info(message)
+        failures.update(plan.failed)
+        app_errors = await asyncio.to_thread(self._run_apps, plan.apps) if plan.apps else {}
+        states = await self._instance_states(plan)
+        for sv in plan.served:
+            for ref in sv.deployments:
+                if app_errors.get(ref.app):
+                    failures.setdefault(sv.name, app_errors[ref.app])
+            bad = states.get((sv.name, sv.version))
+            if bad:
+                failures.setdefault(sv.name, bad)
+        stale: list[str] = []
+        for name, source in requested.items():
+            new_apps = [a for sv in plan.served if sv.name == name for a in (r.app for r in sv.deployments)]
+            if name in failures:
+                logger.warning("model '%s': failed to load: %s", name, failures[name])
+                stale += new_apps
+                self.control.load_failed(name, failures[name])
+                if name not in self._served:  # a failed reload keeps the versions that serve
+                    self._failed[name] = failures[name]
+                continue
+            stale += self._apps.get(name, [])
+            self._served[name] = [_ready(sv) for sv in plan.served if sv.name == name]
+            self._apps[name] = new_apps
+            self._sequence[name] = [m for m in plan.sequence_models if m.name == name]
+            self._failed.pop(name, None)
+            self.control.loaded(name, source)
+        await self._publish(stale)
+        return failures
+
+    def _checked(
+        self, sources: dict[str, ModelSource]
+    ) -> tuple[dict[str, ModelSource], dict[str, Any], dict[str, str]]:
+        """Drop (and record) models whose ensemble steps or autoscaling settings can't be served."""
+        every = {n: s for n, s in ((n, self.control.source(n)) for n in self.control.loaded_names()) if s}
+        every.update(sources)
+        problems = ensemble_problems(
+            {n: s.config for n, s in every.items()}, {n: set(s.versions) for n, s in every.items()}
+        )
+        scaling: dict[str, AutoscalingSpec | None] = {}
+        kept: dict[str, ModelSource] = {}
+        failures: dict[str, str] = {}
+        for name, source in sources.items():
+            try:
+                if name in problems:
+                    raise ServeError(problems[name])
+                scaling[name] = autoscaling_spec(
+                    source.config,
+                    self._scaling_overrides.get(name),
+                    path=str(source.directory / "config.pbtxt"),
+                    override_path=self.settings.autoscaling_file or "autoscaling override",
+                )
+                kept[name] = source
+            except Exception as exc:
+                message = as_serve_error(exc).message
+                failures[name] = message
+        return kept, scaling, failures
+
+    def _run_apps(self, apps: dict[str, Any]) -> dict[str, str]:
+        """Start the applications and wait until each runs; returns why those that didn't, didn't."""
+        from ray import serve
+        from ray.serve import RunTarget
+
+        serve.run_many(
+            [RunTarget(target=bound, name=name, route_prefix=None) for name, bound in apps.items()],
+            wait_for_ingress_deployment_creation=False,
+            wait_for_applications_running=False,
+        )
+        deadline = time.monotonic() + self.settings.load_timeout_s
+        errors: dict[str, str] = {}
+        waiting = set(apps)
+        while waiting:
+            overview = serve.status().applications
+            for name in list(waiting):
+                app = overview.get(name)
+                status = str(getattr(app, "status", "")) if app is not None else ""
+                if status.endswith("RUNNING"):
+                    waiting.discard(name)
+                elif status.endswith(("DEPLOY_FAILED", "UNHEALTHY")):
+                    errors[name] = f"its instances failed to start: {app.message}" if app else "failed to start"
+                    waiting.discard(name)
+            if waiting and time.monotonic() > deadline:
+                for name in waiting:
+                    errors[name] = f"its instances did not start within {self.settings.load_timeout_s:g}s"
+                break
+            if waiting:
+                time.sleep(APP_POLL_S)
+        return errors
+
+    async def _instance_states(self, plan: ModelApps) -> dict[tuple[str, int], str]:
+        """Why a version's instances failed to load their model (its load error), keyed by version."""
+        from ray import serve
+
+        out: dict[tuple[str, int], str] = {}
+        for sv in plan.served:
+            reasons = []
+            for ref in sv.deployments:
+                try:
+                    handle = serve.get_deployment_handle(ref.name, ref.app)
+                    answers = await handle.broadcast("status").results_async(return_exceptions=True)
+                except Exception as exc:
+                    answers = [exc]
+                for answer in answers:
+                    if isinstance(answer, BaseException):
+                        reasons.append(as_serve_error(answer).message)
+                    elif not answer[0]:
+                        reasons.append(answer[1])
+            if reasons:
+                out[(sv.name, sv.version)] = reasons[0]
+        return out
+
+    async def _remove(self, names: list[str], reason: str) -> None:
+        stale: list[str] = []
+        for name in names:
+            stale += self._apps.pop(name, [])
+            self._served.pop(name, None)
+            self._sequence.pop(name, None)
+            self._failed[name] = reason
+            self.control.unloaded(name)
+        await self._publish(stale, unloading=True)
+
+    async def _publish(self, stale: list[str], unloading: bool = False) -> None:
+        """New revision: the router first (so STARTs find new models), then every gateway (each returns
+        once it drained what it no longer serves), then the applications nobody uses are deleted."""
+        self._revision += 1
+        async with self._changed:
+            self._changed.notify_all()
+        specs = tuple(m for ms in self._sequence.values() for m in ms)
+        await self._router.set_models.remote(specs)
+        await self._push_to_gateways()
+        if stale:
+            await _prepare_unload(stale)
+            await asyncio.to_thread(_delete_apps, stale)
+
+    async def _push_to_gateways(self) -> None:
+        from ray import serve
+
+        try:
+            handle = serve.get_deployment_handle("gateway", self.settings.app_name)
+            answers = await handle.broadcast("apply_state", self._snapshot()).results_async(return_exceptions=True)
+        except Exception as exc:  # no gateway yet (startup): they pull the state when they start
+            answers = [exc]
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                logger.info("a gateway did not take revision %d now (it pulls it later): %s", self._revision, answer)
+
+    def _snapshot(self) -> ServingState:
+        served = tuple(v for name in sorted(self._served) for v in self._served[name])
+        failed = tuple(sorted((n, r) for n, r in self._failed.items() if n not in self._served))
+        return ServingState(self._revision, served, failed)
+
+    # -- poll mode --------------------------------------------------------------------------------
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.repository_poll_secs)
+            try:
+                await self.poll_now()
+            except Exception:
+                logger.exception("polling the model repository failed")
+
+    async def poll_now(self) -> None:
+        """Load added and changed models, unload removed ones (poll mode)."""
+        async with self._lock:
+            changes = await asyncio.to_thread(self.control.poll)
+            sources: dict[str, ModelSource] = {}
+            for name in [*changes.added, *changes.changed]:
+                try:
+                    sources[name] = await asyncio.to_thread(self._repo.load, name)
+                except Exception as exc:
+                    message = as_serve_error(exc).message
+                    logger.warning("model '%s': failed to load: %s", name, message)
+                    self.control.load_failed(name, message)
+                    if name not in self._served:
+                        self._failed[name] = message
+            if sources:
+                await self._deploy(sources)
+            if changes.removed:
+                await self._remove(list(changes.removed), reason="unloaded")
+
+    # -- housekeeping -----------------------------------------------------------------------------
+    def _own_apps(self) -> list[str]:
+        from ray import serve
+
+        prefix = f"{self.settings.app_name}--"
+        return [name for name in serve.status().applications if name.startswith(prefix)]
+
+    async def check_health(self) -> None:
+        if self._poller is not None and self._poller.done():
+            raise RuntimeError("the repository poller stopped")
+
+    async def __del__(self) -> None:
+        """The server's application is going away: so do its models' applications."""
+        if self._poller is not None:
+            self._poller.cancel()
+        apps = [a for names in self._apps.values() for a in names]
+        if apps:
+            try:
+                await asyncio.to_thread(_delete_apps, apps, False)
+            except Exception:
+                logger.exception("deleting the model applications failed")
+
+
+def _ready(sv: ServedVersion) -> ServedVersion:
+    from dataclasses import replace
+
+    return replace(sv, state="READY", reason="")
+
+
+def _load_error(name: str, reason: str) -> ServeError:
+    from serve_app.errors import InvalidArgument
+
+    return InvalidArgument(f"load failed for model '{name}': {reason}")
+
+
+async def _prepare_unload(apps: list[str]) -> None:
+    """Tell the instances they are being unloaded: they stop without waiting for live sequences."""
+    from ray import serve
+
+    for app in apps:
+        try:
+            handle = serve.get_app_handle(app)
+            await handle.broadcast("prepare_unload").results_async(return_exceptions=True)
+        except Exception:
+            pass
+
+
+def _delete_apps(apps: list[str], blocking: bool = True) -> None:
+    from ray.serve.context import _get_global_client
+
+    _get_global_client().delete_apps(list(apps), blocking=blocking)

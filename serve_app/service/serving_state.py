@@ -1,0 +1,43 @@
+"""What the model manager publishes and every gateway serves: the loaded model versions.
+
+The set of loaded models is cluster state.  One manager owns it and bumps
+``revision`` on each change; gateways (however many, whenever they start)
+apply the newest snapshot, so all of them answer ready, metadata and infer
+the same way.  Plain data, picklable across Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRef:
+    """One Serve deployment running instances of a model version (one instance group)."""
+
+    app: str  # Serve application holding it (one per deployment and load generation)
+    name: str  # deployment name
+    replicas: int  # replicas it starts with (autoscaling may change the count)
+    autoscaled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServedVersion:
+    name: str
+    version: int
+    config_bytes: bytes
+    deployments: tuple[DeploymentRef, ...]  # empty for an ensemble
+    labels: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (output, class labels)
+    generation: int = 0  # which load of the model this is; a reload makes a new one
+    state: str = "READY"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingState:
+    revision: int = 0
+    served: tuple[ServedVersion, ...] = ()
+    failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (model, reason): nothing served
+
+    def versions(self) -> dict[tuple[str, int], ServedVersion]:
+        return {(v.name, v.version): v for v in self.served}
