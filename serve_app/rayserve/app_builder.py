@@ -64,7 +64,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
             logging_config=QUIET_LOGS,
             ray_actor_options=light,
         )
-        .bind(token)
+        .bind(token, settings.app_name)
     )
     manager = (
         serve.deployment(ModelManager)

@@ -54,9 +54,11 @@ class ModelManager:
         self._scaling_overrides: dict[str, dict[str, Any]] = (
             load_override_file(settings.autoscaling_file) if settings.autoscaling_file else {}
         )
+        self._poller: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
-        self._revision = 0
+        # Revisions only grow, also across manager restarts (gateways ignore states older than theirs).
+        self._revision = time.time_ns() // 1_000_000
         self._served: dict[str, list[ServedVersion]] = {}  # model -> its served versions (one generation)
         self._apps: dict[str, list[str]] = {}  # model -> its Serve applications
         self._sequence: dict[str, list[SequenceModelSpec]] = {}
@@ -64,10 +66,11 @@ class ModelManager:
         self._next_generation = time.time_ns() // 1_000_000  # unique across manager restarts
         self._gpus = gpus if gpus is not None else await asyncio.to_thread(wait_for_gpus, settings, logger.info)
         orphans = await asyncio.to_thread(self._own_apps)
+        if orphans:  # a previous manager of this server died: its models load again, from the repository
+            logger.warning("deleting %d model application(s) a previous model manager left", len(orphans))
+            await asyncio.to_thread(_delete_apps, orphans)
         async with self._lock:
             await self._deploy(self._startup_sources())
-        if orphans:  # applications a previous manager of this server left behind
-            await asyncio.to_thread(_delete_apps, orphans)
         self._poller = (
             asyncio.get_running_loop().create_task(self._poll_forever()) if self.mode is ControlMode.POLL else None
         )
@@ -84,6 +87,10 @@ class ModelManager:
             except asyncio.TimeoutError:
                 pass
         return self._snapshot()
+
+    async def sequence_models(self) -> tuple[int, tuple[SequenceModelSpec, ...]]:
+        """For the sequence router (also when Serve restarts it): the loaded sequence models, and as of when."""
+        return self._revision, tuple(m for ms in self._sequence.values() for m in ms)
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         states = {(v.name, v.version): (v.state, v.reason) for vs in self._served.values() for v in vs}
@@ -256,8 +263,8 @@ class ModelManager:
         self._revision += 1
         async with self._changed:
             self._changed.notify_all()
-        specs = tuple(m for ms in self._sequence.values() for m in ms)
-        await self._router.set_models.remote(specs)
+        revision, specs = await self.sequence_models()
+        await self._router.set_models.remote(specs, revision)
         await self._push_to_gateways()
         if stale:
             await _prepare_unload(stale)

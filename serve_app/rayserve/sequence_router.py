@@ -46,10 +46,11 @@ class SequenceModelSpec:
 
 
 class SequenceRouterDeployment:
-    async def __init__(self, token: bytes) -> None:
+    async def __init__(self, token: bytes, app_name: str = "") -> None:
         import ray
 
         self.core = SequenceRouter()
+        self._revision = -1
         self._models: dict[str, SequenceModelSpec] = {}
         self._handles: dict[tuple[str, str], Any] = {}
         self._token = token
@@ -58,15 +59,34 @@ class SequenceRouterDeployment:
         self._server = ChannelServer(self.core.handle, token)
         self._address = await self._server.start(ray.util.get_node_ip_address())
         self._discoverer = asyncio.get_running_loop().create_task(self._discover_forever())
+        # A router Serve restarted learns the loaded models from the model manager (which pushes later changes).
+        self._catch_up = asyncio.get_running_loop().create_task(self._ask_manager(app_name)) if app_name else None
+
+    async def _ask_manager(self, app_name: str) -> None:
+        from ray import serve
+
+        while True:
+            try:
+                handle = serve.get_deployment_handle("model_manager", app_name)
+                revision, models = await handle.sequence_models.remote()
+                await self.set_models(models, revision)
+                return
+            except Exception as exc:
+                logger.warning("asking the model manager for the sequence models failed: %s", exc)
+                await asyncio.sleep(1.0)
 
     async def address(self) -> tuple[str, int]:
         return self._address
 
-    async def set_models(self, models: tuple[SequenceModelSpec, ...]) -> None:
-        """The loaded sequence models.  A model gone, or back with another generation, loses its live
-        sequences (as an unload ends them in Triton); its instances are forgotten."""
+    async def set_models(self, models: tuple[SequenceModelSpec, ...], revision: int = 0) -> None:
+        """The loaded sequence models (as of the manager's ``revision``; older news is ignored).  A model
+        gone, or back with another generation, loses its live sequences (as an unload ends them in
+        Triton); its instances are forgotten."""
         from ray import serve
 
+        if revision < self._revision:
+            return
+        self._revision = revision
         wanted = {m.key: m for m in models}
         for key, old in list(self._models.items()):
             new = wanted.get(key)

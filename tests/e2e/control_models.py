@@ -7,6 +7,7 @@ import pathlib
 import example_models
 
 from tests.e2e.models import slow_identity
+from tests.e2e.sequence_models import accumulator
 
 # Explicit mode (the session server): each test owns its model, so the tests don't depend on their order.
 TOGGLE = "ctl_toggle"  # unloaded and loaded again over HTTP
@@ -19,6 +20,7 @@ UPLOADED = "ctl_uploaded"  # not in the repository: loaded from files sent with 
 POLLED = "poll_grows"  # gets a version 2 while the server runs
 REMOVED = "poll_removed"  # its directory is deleted while the server runs
 SCALED = "scale_slow"  # autoscaling 1..2 instances, a few hundred ms per execution
+SCALED_SEQ = "scale_seq"  # an accumulator sequence model (2 slots per instance) autoscaling 1..2
 
 AUTOSCALING = """parameters { key: "autoscaling.min_replicas" value: { string_value: "1" } }
 parameters { key: "autoscaling.max_replicas" value: { string_value: "2" } }
@@ -39,3 +41,6 @@ def build_poll(repo: pathlib.Path) -> None:
     example_models.add_sub(repo, name=POLLED)
     example_models.add_sub(repo, name=REMOVED)
     slow_identity(repo, SCALED, AUTOSCALING, matmuls=8)
+    d = accumulator(repo, SCALED_SEQ, max_batch_size=2, instances=1, idle_us=60_000_000)
+    config = d / "config.pbtxt"
+    config.write_text(config.read_text() + AUTOSCALING)

@@ -234,3 +234,58 @@ def test_autoscaling_follows_the_load(poll_server: Server) -> None:
     down = wait_until(lambda: instances(poll_server, cm.SCALED) == 1, "scaling back down after the load")
     assert errors == [], errors[:5]
     print(f"autoscaling: 1 -> 2 instances {up:.1f}s into the load, back to 1 {down:.1f}s after it stopped")
+
+
+def seq_step(client: httpclient.InferenceServerClient, sid: int, *, start: bool = False, end: bool = False) -> int:
+    """Adds 1 to the sequence's running sum and returns the sum."""
+    inp = httpclient.InferInput("INPUT", [1, 1], "INT32")
+    inp.set_data_from_numpy(np.ones((1, 1), np.int32))
+    out = [httpclient.InferRequestedOutput("OUTPUT")]
+    result = client.infer(cm.SCALED_SEQ, [inp], outputs=out, sequence_id=sid, sequence_start=start, sequence_end=end)
+    return int(result.as_numpy("OUTPUT")[0, 0])
+
+
+def test_sequence_autoscaling_keeps_replicas_with_live_sequences(poll_server: Server) -> None:
+    """Full slots scale a sequence model up; when it scales down, the replica Serve stops keeps serving its
+    live sequence until that sequence ends (it takes no new one meanwhile)."""
+    client = httpclient.InferenceServerClient(poll_server.http_url, network_timeout=WAIT_S)
+    assert instances(poll_server, cm.SCALED_SEQ) == 1
+    sums = {sid: seq_step(client, sid, start=True) for sid in (101, 102)}  # both slots of the one instance
+    # Two more sequences wait in the backlog until the autoscaler adds an instance.
+    results: dict[int, int] = {}
+
+    def start(sid: int) -> None:
+        results[sid] = seq_step(
+            httpclient.InferenceServerClient(poll_server.http_url, network_timeout=WAIT_S), sid, start=True
+        )
+
+    threads = [threading.Thread(target=start, args=(sid,)) for sid in (103, 104)]
+    for t in threads:
+        t.start()
+    up = wait_until(lambda: len(results) == 2, "backlogged sequences to get the new instance's slots")
+    for t in threads:
+        t.join()
+    assert instances(poll_server, cm.SCALED_SEQ) == 2 and results == {103: 1, 104: 1}
+    sums.update(results)
+    for sid in (101, 102, 103):
+        assert seq_step(client, sid, end=True) == sums.pop(sid) + 1
+    # One live sequence left: the policy asks for one instance, and Serve stops the newer one, which holds it.
+    t0 = time.monotonic()
+    scaled_down_at = None
+    while time.monotonic() - t0 < 20:
+        sums[104] += 1
+        assert seq_step(client, 104) == sums[104]  # never lost, whichever instance is stopping
+        if scaled_down_at is None and instances(poll_server, cm.SCALED_SEQ) == 1:
+            scaled_down_at = time.monotonic() - t0
+            # A new sequence meanwhile goes to the instance that stays.
+            assert seq_step(client, 105, start=True) == 1
+            assert seq_step(client, 105, end=True) == 2
+        if scaled_down_at is not None and time.monotonic() - t0 > scaled_down_at + 3:
+            break
+        time.sleep(0.25)
+    assert scaled_down_at is not None, "the model did not scale down with one live sequence"
+    assert seq_step(client, 104, end=True) == sums[104] + 1
+    print(
+        f"sequence autoscaling: up in {up:.1f}s; down {scaled_down_at:.1f}s after 3 of 4 sequences ended, "
+        f"the last one kept its instance to its end"
+    )

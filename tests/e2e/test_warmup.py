@@ -65,7 +65,8 @@ def test_failed_warmup_makes_the_model_unavailable_with_its_reason(
         i.set_data_from_numpy(np.zeros((1, 16), np.float32))
     with pytest.raises(InferenceServerException) as err:
         http.infer("warmup_bad", inputs)
-    assert "'warmup_bad' version 1 is not at ready state" in str(err.value)  # Triton's words
+    # Triton's words for a request naming no version of a model none of whose versions loaded
+    assert "Request for unknown model: 'warmup_bad' has no available versions" in str(err.value)
 
 
 def test_replica_logged_its_warmup(server: Server) -> None:
