@@ -86,6 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="longest wait for a model's instances to start before its load fails",
     )
+    p.add_argument(
+        "--max-queue-size",
+        type=int,
+        default=4096,
+        help="requests a model version may hold queued per gateway before new ones get 503 (0: unbounded)",
+    )
+    p.add_argument(
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT: stop accepting requests (503), then wait this long for those in progress",
+    )
     return p
 
 
@@ -108,7 +120,23 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         repository_poll_secs=ns.repository_poll_secs,
         autoscaling_file=os.path.abspath(ns.autoscaling_file) if ns.autoscaling_file else "",
         load_timeout_s=ns.load_timeout_s,
+        max_queue_size=ns.max_queue_size,
+        exit_timeout_s=ns.exit_timeout_secs,
     )
+
+
+def drain_gateways(settings: ServerSettings) -> None:
+    """Every gateway replica stops accepting and finishes what it holds (bounded by exit_timeout_s)."""
+    from ray import serve
+
+    try:
+        handle = serve.get_deployment_handle("gateway", settings.app_name)
+        left = handle.broadcast("drain", settings.exit_timeout_s).results(timeout_s=settings.exit_timeout_s + 10)
+        unfinished = sum(n for n in left if isinstance(n, int))
+        if unfinished:
+            print(f"{unfinished} request(s) still in progress after {settings.exit_timeout_s:g}s", flush=True)
+    except Exception as exc:  # the server goes down either way
+        print(f"draining the gateways failed: {exc}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
             f"gRPC {settings.host}:{settings.grpc_port}",
             flush=True,
         )
-        while not stop.wait(1.0):
+        while not stop.wait(0.2):
             pass
+        print(
+            f"shutting down: no new requests; waiting up to {settings.exit_timeout_s:g}s for those in progress",
+            flush=True,
+        )
+        drain_gateways(settings)
         print("shutting down", flush=True)
         return 0
     finally:

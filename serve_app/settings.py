@@ -45,6 +45,16 @@ class ServerSettings:
     autoscaling_file: str = ""
     # Longest wait for a model's instances to start (placement included) before its load fails.
     load_timeout_s: float = 600.0
+    # Requests one model version may hold queued in a gateway before new ones get 503 / UNAVAILABLE
+    # "Exceeds maximum queue size" (the model's own max_queue_size still applies per priority level).
+    # Triton queues without bound; we don't, so overload sheds load instead of growing memory and latency.
+    # 0: unbounded.
+    max_queue_size: int = 4096
+    # A model whose instances fail to load is unloaded, as in Triton (its index entry keeps the reason).
+    # True keeps its instances running, UNAVAILABLE, for inspecting where they were placed (tests, debugging).
+    keep_failed_instances: bool = False
+    # On SIGTERM: stop accepting (503), then wait this long for requests in progress (Triton's --exit-timeout-secs).
+    exit_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.model_control_mode not in CONTROL_MODES:

@@ -73,6 +73,7 @@ class Gateway:
         )
         self.service = InferenceService(self.catalog, self.executor)
         self.service.repository = ManagerLink(manager)
+        self.service.max_queued = settings.max_queue_size
         if settings.gateway_replicas > 1:
             self.service.stats_source = self._cluster_stats
         self._revision = -1
@@ -204,6 +205,10 @@ class Gateway:
                 out.append((name, "-", ModelState.UNAVAILABLE.value, failed.reason))
         return out
 
+    async def drain(self, timeout_s: float) -> int:
+        """Shutting down: answer 503 from now on and wait for the requests in progress (their count left)."""
+        return await self.service.drain(timeout_s)
+
     async def check_health(self) -> None:
         if self._http_task.done():
             raise RuntimeError("HTTP server stopped")
@@ -211,11 +216,17 @@ class Gateway:
             raise RuntimeError("metrics server stopped")
 
     async def __del__(self) -> None:
-        self._watcher.cancel()
-        self._http.should_exit = True
-        self._metrics.should_exit = True
-        self.executor.close()
-        await self._grpc.stop(grace=1.0)
+        """Also runs after a constructor that failed half-way: stop whatever was started."""
+        watcher = getattr(self, "_watcher", None)
+        if watcher is not None:
+            watcher.cancel()
+        for server in (getattr(self, "_http", None), getattr(self, "_metrics", None)):
+            if server is not None:
+                server.should_exit = True
+        if hasattr(self, "executor"):
+            self.executor.close()
+        if getattr(self, "_grpc", None) is not None:
+            await self._grpc.stop(grace=1.0)
 
 
 def _entry(sv: ServedVersion) -> ModelVersionEntry:

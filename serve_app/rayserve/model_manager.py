@@ -140,12 +140,15 @@ class ModelManager:
         failures.update(plan.failed)
         app_errors = await asyncio.to_thread(self._run_apps, plan.apps) if plan.apps else {}
         states = await self._instance_states(plan)
+        kept: dict[tuple[str, int], str] = {}  # versions served UNAVAILABLE (keep_failed_instances)
         for sv in plan.served:
             for ref in sv.deployments:
                 if app_errors.get(ref.app):
                     failures.setdefault(sv.name, app_errors[ref.app])
             bad = states.get((sv.name, sv.version))
-            if bad:
+            if bad and self.settings.keep_failed_instances:
+                kept[(sv.name, sv.version)] = bad
+            elif bad:
                 failures.setdefault(sv.name, bad)
         stale: list[str] = []
         for name, source in requested.items():
@@ -158,7 +161,7 @@ class ModelManager:
                     self._failed[name] = failures[name]
                 continue
             stale += self._apps.get(name, [])
-            self._served[name] = [_ready(sv) for sv in plan.served if sv.name == name]
+            self._served[name] = [_ready(sv, kept.get((sv.name, sv.version))) for sv in plan.served if sv.name == name]
             self._apps[name] = new_apps
             self._sequence[name] = [m for m in plan.sequence_models if m.name == name]
             self._failed.pop(name, None)
@@ -338,10 +341,10 @@ class ModelManager:
                 logger.exception("deleting the model applications failed")
 
 
-def _ready(sv: ServedVersion) -> ServedVersion:
+def _ready(sv: ServedVersion, failure: str | None = None) -> ServedVersion:
     from dataclasses import replace
 
-    return replace(sv, state="READY", reason="")
+    return replace(sv, state="UNAVAILABLE", reason=failure) if failure else replace(sv, state="READY", reason="")
 
 
 def _load_error(name: str, reason: str) -> ServeError:

@@ -52,16 +52,18 @@ class ModelScheduler:
         *,
         capacity: int,
         executions_per_call: int = 0,
+        max_queued: int = 0,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         """``capacity``: calls in flight at once.  ``executions_per_call``: executions one call may
         carry (default: 1 with a dynamic batcher, which forms a batch per free instance; 64 for the
-        default scheduler, where each request is its own execution and several share the hop)."""
+        default scheduler, where each request is its own execution and several share the hop).
+        ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound)."""
         batching = BatchingConfig.from_model_config(config)
         queue: PriorityQueue[Job] = (
-            PriorityQueue.from_config(config.dynamic_batching)
+            PriorityQueue.from_config(config.dynamic_batching, max_queued)
             if config.HasField("dynamic_batching")
-            else PriorityQueue()
+            else PriorityQueue(max_total=max_queued)
         )
         self.batcher: DynamicBatcher[Job] = DynamicBatcher(batching, queue)
         self.signature = signature

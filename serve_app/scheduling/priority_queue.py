@@ -78,8 +78,12 @@ class PriorityQueue(Generic[T]):
         levels: int = 0,
         default_level: int = 0,
         level_policies: Mapping[int, QueuePolicy] | None = None,
+        max_total: int = 0,
     ) -> None:
+        """``max_total``: requests held across all levels before new ones are refused (0: no bound), the
+        server's guard against queueing without bound where the model sets no ``max_queue_size``."""
         default_policy = default_policy or QueuePolicy()
+        self.max_total = max_total
         policies = dict(level_policies or {})
         self._levels_count = levels
         self._default_level = default_level if levels else 0
@@ -90,12 +94,13 @@ class PriorityQueue(Generic[T]):
         self._with_deadline = 0
 
     @classmethod
-    def from_config(cls, db: mc.ModelDynamicBatching) -> PriorityQueue[T]:
+    def from_config(cls, db: mc.ModelDynamicBatching, max_total: int = 0) -> PriorityQueue[T]:
         return cls(
             QueuePolicy.from_proto(db.default_queue_policy),
             levels=db.priority_levels,
             default_level=db.default_priority_level,
             level_policies={k: QueuePolicy.from_proto(v) for k, v in db.priority_queue_policy.items()},
+            max_total=max_total,
         )
 
     def __len__(self) -> int:
@@ -116,6 +121,8 @@ class PriorityQueue(Generic[T]):
         level = self.level_of(priority)
         lv = self._levels[level]
         if lv.policy.max_queue_size and len(lv) >= lv.policy.max_queue_size:
+            raise Unavailable(QUEUE_FULL_MESSAGE)
+        if self.max_total and self._size >= self.max_total:
             raise Unavailable(QUEUE_FULL_MESSAGE)
         timeout = lv.policy.timeout_us(timeout_us)
         deadline = now_ns + timeout * 1000 if timeout else 0

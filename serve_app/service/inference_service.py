@@ -39,6 +39,7 @@ EXTENSIONS: tuple[str, ...] = (
 NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 
 StatsKey = tuple[str, str]  # (model, version)
+SHUTTING_DOWN = "Server is shutting down: it accepts no new requests"
 Scheduler = ModelScheduler | SequenceScheduler | EnsembleScheduler
 StatsSource = Callable[[], Awaitable[dict[StatsKey, ModelStats]]]
 
@@ -100,6 +101,9 @@ class InferenceService:
         self.executor = executor
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
+        self.inflight = 0  # client requests in progress (drained at shutdown)
+        # Requests a model version's scheduler holds before shedding load with 503 / UNAVAILABLE (0: unbounded).
+        self.max_queued = 0
         self._schedulers: dict[tuple[str, int, int], Scheduler] = {}
         # Where statistics come from: this process's schedulers, unless a host aggregates several.
         self.stats_source: StatsSource = self._local_stats
@@ -177,6 +181,27 @@ class InferenceService:
 
     # -- inference -----------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
+        """A client's request; refused once the server is shutting down, counted until answered."""
+        if not self.accepting:
+            raise Unavailable(SHUTTING_DOWN)
+        self.inflight += 1
+        try:
+            return await self._infer(request)
+        finally:
+            self.inflight -= 1
+
+    async def drain(self, timeout_s: float) -> int:
+        """Stop accepting requests and wait (up to ``timeout_s``) for those in progress; returns how many
+        were still running at the deadline."""
+        import asyncio
+
+        self.accepting = False
+        deadline = time.monotonic() + timeout_s
+        while self.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.inflight
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         arrival = time.monotonic_ns()
         entry = self.catalog.resolve_ready(request.model_name, request.model_version)
         batch_size = validate_request(request, entry.signature)
@@ -192,7 +217,7 @@ class InferenceService:
         key = entry.key
         sched = self._schedulers.get(key)
         if sched is None and entry.config.platform == ENSEMBLE_PLATFORM:
-            sched = EnsembleScheduler(entry.config, entry.signature, self.infer)
+            sched = EnsembleScheduler(entry.config, entry.signature, self._infer)
             self._schedulers[key] = sched
         elif sched is None and entry.config.HasField("sequence_batching"):
             sched = SequenceScheduler(entry.config, entry.signature, self.executor.sequence_port(entry))
@@ -203,6 +228,7 @@ class InferenceService:
                 entry.signature,
                 functools.partial(self.executor.execute, entry),
                 capacity=self.executor.capacity(entry),
+                max_queued=self.max_queued,
             )
             self._schedulers[key] = sched
         return sched

@@ -68,6 +68,7 @@ def settings_for(repo: pathlib.Path, app: str) -> ServerSettings:
         instance_cpus=0.1,
         app_name=app,
         gpu_resource_prefix=GPU_RESOURCE_PREFIX,
+        keep_failed_instances=True,  # GPU instances fail to load here (no CUDA): placement is what we look at
     )
 
 

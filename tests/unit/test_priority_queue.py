@@ -388,3 +388,15 @@ def test_from_config_with_levels_and_policies() -> None:
     assert q.expire(now_ns=11 * US) == []  # level 1 delays
     assert [e.item for e in q.expire(now_ns=101 * US)] == ["mid", "low"]  # the default policy rejects
     assert items(q) == ["high"]
+
+
+def test_max_total_bounds_a_queue_whose_levels_have_no_max_queue_size() -> None:
+    from serve_app.errors import Unavailable
+    from serve_app.scheduling.priority_queue import QUEUE_FULL_MESSAGE, PriorityQueue
+
+    q: PriorityQueue[int] = PriorityQueue(max_total=2)
+    for i in range(2):
+        q.push(i, batch_size=1, shape_key=(), priority=0, timeout_us=0, now_ns=0)
+    with pytest.raises(Unavailable, match=QUEUE_FULL_MESSAGE):
+        q.push(3, batch_size=1, shape_key=(), priority=0, timeout_us=0, now_ns=0)
+    assert len(q) == 2
