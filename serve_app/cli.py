@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="on SIGTERM/SIGINT: stop accepting requests (503), then wait this long for those in progress",
     )
+    p.add_argument(
+        "--instance-timeout-s",
+        type=float,
+        default=300.0,
+        help="a batch whose model instance doesn't answer this long fails with 503 (0: wait for ever)",
+    )
     return p
 
 
@@ -122,6 +128,7 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         load_timeout_s=ns.load_timeout_s,
         max_queue_size=ns.max_queue_size,
         exit_timeout_s=ns.exit_timeout_secs,
+        instance_timeout_s=ns.instance_timeout_s,
     )
 
 

@@ -53,6 +53,9 @@ class ServerSettings:
     # A model whose instances fail to load is unloaded, as in Triton (its index entry keeps the reason).
     # True keeps its instances running, UNAVAILABLE, for inspecting where they were placed (tests, debugging).
     keep_failed_instances: bool = False
+    # A batch whose instance doesn't answer within this many seconds fails with 503 / UNAVAILABLE (a hung
+    # instance; a dead one fails its calls at once). 0: wait for ever.
+    instance_timeout_s: float = 300.0
     # On SIGTERM: stop accepting (503), then wait this long for requests in progress (Triton's --exit-timeout-secs).
     exit_timeout_s: float = 30.0
 

@@ -81,6 +81,7 @@ class RayModelExecutor:
         direct: bool = True,
         router: Any = None,
         on_capacity: Callable[[VersionKey, int], None] | None = None,
+        call_timeout_s: float = 0.0,
     ) -> None:
         """``direct``: batches go over channels (else Serve handles); ``router``: the sequence router's
         handle; ``on_capacity``: told when a version's instance count changes (autoscaling)."""
@@ -92,6 +93,7 @@ class RayModelExecutor:
         self._router = RouterLink(self._router_address, self._pool) if router is not None else None
         self._router_handle = router
         self._on_capacity = on_capacity
+        self._call_timeout = call_timeout_s if call_timeout_s > 0 else None
 
     async def _router_address(self) -> tuple[str, int]:
         address: tuple[str, int] = await self._router_handle.address.remote()
@@ -138,8 +140,15 @@ class RayModelExecutor:
             if client is None:
                 break
             try:
-                result: list[ExecutionResult] = await client.call(executions)
+                result: list[ExecutionResult] = await asyncio.wait_for(client.call(executions), self._call_timeout)
                 return result
+            except asyncio.TimeoutError:
+                # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
+                self._refresh_soon(group)
+                raise Unavailable(
+                    f"model '{entry.name}' version {entry.version}: its instance did not answer within "
+                    f"{self._call_timeout:g}s"
+                ) from None
             except Draining:
                 # Stopping (scaled down or replaced) before it ran the batch: another instance takes it.
                 client.close()
@@ -152,8 +161,13 @@ class RayModelExecutor:
             self._refresh_soon(group)
         group.serve_inflight += 1
         try:
-            result = await group.handle.execute.remote(executions)
+            result = await asyncio.wait_for(group.handle.execute.remote(executions), self._call_timeout)
             return result
+        except asyncio.TimeoutError:
+            raise Unavailable(
+                f"model '{entry.name}' version {entry.version}: its instance did not answer within "
+                f"{self._call_timeout:g}s"
+            ) from None
         finally:
             group.serve_inflight -= 1
 

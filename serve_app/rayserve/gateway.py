@@ -70,6 +70,7 @@ class Gateway:
             direct=settings.direct_channel,
             router=router,
             on_capacity=self._capacity_changed,
+            call_timeout_s=settings.instance_timeout_s,
         )
         self.service = InferenceService(self.catalog, self.executor)
         self.service.repository = ManagerLink(manager)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -117,7 +118,8 @@ def start_server(
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not (_ready(http_url) and b"serve_app ready" in log.read_bytes()):
         if proc.poll() is not None or time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"server did not start:\n{log.read_text()[-5000:]}")
         time.sleep(0.5)
     server = Server(http_url, grpc_url, f"http://127.0.0.1:{metrics_port}/metrics", repo, proc, log)
