@@ -6,6 +6,9 @@ Layout, as in Triton::
     <root>/<model>/<version>/<model file>     version: a positive integer
 
 Anything else in a model directory is ignored, as are hidden directories.
+A model directory may be a symbolic link (as in Triton); every file read for a
+model (config.pbtxt, model files, label files) must resolve inside the model
+directory's resolved path (``serve_app.security.paths``).
 Loading a model reads its config, completes and validates it, and picks the
 served versions; nothing here imports a framework beyond ONNX Runtime's reader.
 A load may replace config.pbtxt by a config given with the request (the load
@@ -15,7 +18,6 @@ from the request); both go through the same completion and validation.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from serve_app.config.pbtxt import config_error
 from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, as_serve_error
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.version_policy import select_versions
+from serve_app.security.paths import confined, is_plain_name
 
 CONFIG_FILENAME = "config.pbtxt"
 # What messages name as the "file" when a load request's config replaces config.pbtxt.
@@ -138,6 +141,8 @@ class ModelRepository:
         else:
             config_path = directory / CONFIG_FILENAME
             has_config = config_path.is_file()
+            if has_config:
+                _confine(name, directory, CONFIG_FILENAME, CONFIG_FILENAME, str(config_path))
             # The file messages name: config.pbtxt, else (generated config) the model file.
             where = str(config_path if has_config else directory)
             text = _read_text(config_path, name) if has_config else ""
@@ -167,10 +172,13 @@ class ModelRepository:
         else:
             filename = default_model_filename(config) or _probe_model_file(name, available[served[-1]])
             versions = {}
+            named = " (default_model_filename)" if config.default_model_filename else ""
             for version in served:
                 path = available[version] / filename
                 if not path.exists():
                     raise config_error(name, str(path), f"version {version}: model file not found")
+                what = f"version {version}: model file{named}"
+                _confine(name, directory, f"{available[version].name}/{filename}", what, str(path))
                 versions[version] = path
             model_file = versions[served[-1]]
             if not has_config:
@@ -184,14 +192,7 @@ class ModelRepository:
 
 def validate_model_name(name: str) -> None:
     """A model name must be a plain directory name: nothing that could leave the repository root."""
-    separators = {"/", "\\", os.sep, os.altsep} - {None}
-    if (
-        not name
-        or name in (".", "..")
-        or "\x00" in name
-        or any(sep in name for sep in separators)
-        or Path(name).is_absolute()
-    ):
+    if not is_plain_name(name):
         raise InvalidArgument(f"invalid model name {name!r}: must be a directory name in the model repository")
 
 
@@ -226,20 +227,22 @@ def _probe_model_file(model: str, version_dir: Path) -> str:
     )
 
 
+def _confine(model: str, directory: Path, relative: str, what: str, where: str) -> Path:
+    """``directory / relative`` resolved inside the model directory, or InvalidConfig naming the model and file."""
+    return confined(directory, relative, what, error=lambda detail: config_error(model, where, detail))
+
+
 def _labels(model: str, directory: Path, config: mc.ModelConfig, where: str) -> dict[str, tuple[str, ...]]:
     """Each output's label file (one label per line), which must lie inside the model's directory."""
     labels: dict[str, tuple[str, ...]] = {}
-    base = directory.resolve()
     for i, out in enumerate(config.output):
         if not out.label_filename:
             continue
-        path = (base / out.label_filename).resolve()
         field_name = f"output[{i}].label_filename"
-        if not path.is_relative_to(base):
-            raise config_error(model, where, f"{field_name}: '{out.label_filename}' is outside the model directory")
+        path = _confine(model, directory, out.label_filename, field_name, where)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise config_error(model, where, f"{field_name}: cannot read '{path}': {exc}") from None
+            raise config_error(model, where, f"{field_name}: cannot read '{out.label_filename}': {exc}") from None
         labels[out.name] = tuple(text.splitlines())
     return labels

@@ -6,7 +6,10 @@ normalized form leaves it.  We refuse such paths before writing anything, and
 more strictly: no absolute paths, no ``..``, ``.`` or empty components, no
 backslashes (a Windows separator on one side is a file name on the other) and
 no NUL bytes.  Every directory and file is created new inside a directory
-nobody else has seen, without following links.
+nobody else has seen (``mkdtemp``: mode 0700), without following links: each
+component is created and opened relative to its parent's open descriptor with
+``O_NOFOLLOW``, so a link planted meanwhile fails the write instead of being
+followed out of the directory.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from serve_app.errors import InvalidArgument
 from serve_app.repository.repository import validate_model_name
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
 
 
 def staged_path(path: str) -> PurePosixPath:
@@ -86,17 +90,28 @@ def _check_no_file_is_a_directory(paths: Mapping[PurePosixPath, bytes]) -> None:
 
 def _write(directory: Path, rel: PurePosixPath, content: bytes) -> None:
     """Create ``rel``'s parent directories and the file itself, all new, none through a link."""
-    current = directory
-    for part in rel.parts[:-1]:
-        current = current / part
+
+    def refuse(why: str) -> InvalidArgument:
+        return InvalidArgument(f"Invalid file parameter 'file:{rel}': {why}")
+
+    fd = os.open(directory, _DIR_FLAGS)
+    try:
+        for part in rel.parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass  # made for an earlier file of this request (or planted: opening it below says which)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError:  # a link (ELOOP with O_NOFOLLOW) or a file (ENOTDIR)
+                raise refuse(f"'{part}' is not a directory") from None
+            os.close(fd)
+            fd = child
         try:
-            current.mkdir()
+            out = os.open(rel.parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=fd)
         except FileExistsError:
-            if current.is_symlink() or not current.is_dir():
-                raise InvalidArgument(f"Invalid file parameter 'file:{rel}': '{part}' is not a directory") from None
-    target = current / rel.parts[-1]
-    if not target.resolve().is_relative_to(directory):
-        raise InvalidArgument(f"Invalid file parameter 'file:{rel}': it must stay within model directory")
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        out.write(content)
+            raise refuse("it already exists; it must stay within model directory") from None
+        with os.fdopen(out, "wb") as f:
+            f.write(content)
+    finally:
+        os.close(fd)

@@ -3,10 +3,11 @@
 The output state a model produces for request *i* of a sequence is fed back as
 its input state for request *i+1*.  A START request gets the initial state:
 ``zero_data`` or ``data_file`` (raw row-major bytes under
-``<model>/initial_state/``) when configured, otherwise zeros with every
-variable dimension set to 1 (Triton leaves that buffer uninitialised; zeros
-are one of its possible contents).  The state is dropped when the sequence
-leaves its slot.  It lives in the instance's process, next to the model.
+``<model>/initial_state/``, confined there as ``serve_app.security.paths``
+says) when configured, otherwise zeros with every variable dimension set
+to 1 (Triton leaves that buffer uninitialised; zeros are one of its possible
+contents).  The state is dropped when the sequence leaves its slot.  It lives
+in the instance's process, next to the model.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import numpy as np
 from serve_app import datatypes
 from serve_app.errors import InvalidConfig
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.security.paths import confined
+
+INITIAL_STATE_DIR = "initial_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +45,19 @@ def _initial(model: str, model_dir: Path, index: int, state: mc.ModelSequenceBat
         raise InvalidConfig(f"model '{model}': {field}.initial_state[0].dims must be fixed, got {list(shape)}")
     if init.WhichOneof("state_data") == "zero_data":
         return np.zeros(shape, dtype=dtype)
-    base = (model_dir / "initial_state").resolve()
-    path = (base / init.data_file).resolve()
-    if not path.is_relative_to(base):
-        raise InvalidConfig(f"model '{model}': {field}.initial_state[0].data_file '{init.data_file}' is outside {base}")
+    path = confined(
+        model_dir / INITIAL_STATE_DIR,
+        init.data_file,
+        f"{field}.initial_state[0].data_file",
+        root=model_dir,
+        within=f"the model's '{INITIAL_STATE_DIR}' directory",
+        error=lambda detail: InvalidConfig(f"model '{model}': {detail}"),
+    )
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InvalidConfig(
-            f"model '{model}': {field}.initial_state[0].data_file: cannot read '{path}': {exc.strerror}"
+            f"model '{model}': {field}.initial_state[0].data_file: cannot read '{init.data_file}': {exc.strerror}"
         ) from None
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(raw) != expected:

@@ -25,8 +25,9 @@ triton-inference-server/core ``backend_model_instance.cc``):
   state tensors for warmup, the sample must list them;
 - the outputs are not checked; the first failing execution ends the warmup.
 
-Stricter than Triton: the file must stay inside ``warmup/`` (no absolute
-path, no ``..``, no symlink leading out), and an input the config declares must
+Stricter than Triton: the file must stay inside ``warmup/``, and ``warmup/``
+inside the model directory (no absolute path, no ``..``, no symlink leading
+out: ``serve_app.security.paths``), and an input the config declares must
 match its data type and dims, as a request's would.
 
 Everything here is pure (no Ray): :func:`build_samples` turns the config into
@@ -49,6 +50,7 @@ from serve_app.errors import InvalidArgument
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.signature import ModelSignature, format_dims
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.security.paths import confined
 
 if TYPE_CHECKING:
     from serve_app.runtime.instance import ModelInstance
@@ -100,21 +102,9 @@ class WarmupReport:
 
 
 def warmup_file(model_dir: Path, file_name: str) -> Path:
-    """``<model_dir>/warmup/<file_name>``, refusing anything that leads out of ``warmup/``."""
-    if not file_name:
-        raise InvalidArgument("'input_data_file' is empty")
-    rel = Path(file_name)
-    if rel.is_absolute() or rel.drive or rel.root:
-        raise InvalidArgument(f"input_data_file '{file_name}' must be a path relative to the '{WARMUP_DIR}' directory")
-    if ".." in rel.parts:
-        raise InvalidArgument(f"input_data_file '{file_name}' must not contain '..'")
-    try:
-        base = (model_dir / WARMUP_DIR).resolve()
-        target = (model_dir / WARMUP_DIR / rel).resolve()
-    except (OSError, RuntimeError) as exc:  # a symlink loop
-        raise InvalidArgument(f"input_data_file '{file_name}' cannot be resolved: {exc}") from None
-    if not target.is_relative_to(base):
-        raise InvalidArgument(f"input_data_file '{file_name}' leads outside the model's '{WARMUP_DIR}' directory")
+    """``<model_dir>/warmup/<file_name>``, resolved, refusing anything that leads out of ``warmup/``."""
+    within = f"the model's '{WARMUP_DIR}' directory"
+    target = confined(model_dir / WARMUP_DIR, file_name, "input_data_file", root=model_dir, within=within)
     if not target.is_file():
         raise InvalidArgument(f"input_data_file '{file_name}' is not a file in the model's '{WARMUP_DIR}' directory")
     return target

@@ -482,7 +482,7 @@ def test_bf16_is_built_from_its_16_bit_patterns(tmp_path: pathlib.Path) -> None:
         ("../config.pbtxt", "must not contain '..'"),
         ("sub/../../config.pbtxt", "must not contain '..'"),
         ("sub/../ok.bin", "must not contain '..'"),
-        ("/etc/passwd", "must be a path relative to the 'warmup' directory"),
+        ("/etc/passwd", "must be a path relative to the model's 'warmup' directory"),
         ("", "'input_data_file' is empty"),
         ("escape_link", "leads outside the model's 'warmup' directory"),
         ("dir_link/config.pbtxt", "leads outside the model's 'warmup' directory"),
