@@ -104,6 +104,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         help="a batch whose model instance doesn't answer this long fails with 503 (0: wait for ever)",
     )
+    p.add_argument("--tls-cert", default="", help="PEM certificate: serve HTTP and gRPC over TLS (with --tls-key)")
+    p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", default="", help="PEM CA bundle for client certificates")
+    p.add_argument(
+        "--tls-require-client-cert", action="store_true", help="mutual TLS: clients must present a certificate"
+    )
+    p.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="CATEGORIES:KEY=VALUE",
+        help="as Triton's: these API categories (e.g. model-repository) answer only requests with header "
+        "KEY: VALUE, others get 403 (repeatable)",
+    )
+    p.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="CATEGORIES:KEY=VALUE",
+        help="as Triton's: these gRPC categories need metadata triton-grpc-protocol-KEY: VALUE (repeatable)",
+    )
+    from serve_app.protocol.limits import DEFAULT_LIMITS as L
+
+    for flag, default, what in (
+        ("--max-body-bytes", L.max_body_bytes, "request body bytes (HTTP) and message bytes (gRPC); more: 413"),
+        ("--max-tensor-elements", L.max_tensor_elements, "tensor elements in one request"),
+        ("--max-json-depth", L.max_json_depth, "nesting depth of an HTTP JSON body"),
+        ("--max-inputs", L.max_inputs, "inputs in one request"),
+        ("--max-outputs", L.max_outputs, "requested outputs in one request"),
+    ):
+        p.add_argument(flag, type=int, default=default, help=f"limit: {what} (default {default})")
     return p
 
 
@@ -129,6 +160,17 @@ def settings_from(ns: argparse.Namespace) -> ServerSettings:
         max_queue_size=ns.max_queue_size,
         exit_timeout_s=ns.exit_timeout_secs,
         instance_timeout_s=ns.instance_timeout_s,
+        tls_cert=os.path.abspath(ns.tls_cert) if ns.tls_cert else "",
+        tls_key=os.path.abspath(ns.tls_key) if ns.tls_key else "",
+        tls_ca=os.path.abspath(ns.tls_ca) if ns.tls_ca else "",
+        tls_require_client_cert=ns.tls_require_client_cert,
+        http_restricted_api=tuple(ns.http_restricted_api),
+        grpc_restricted_protocol=tuple(ns.grpc_restricted_protocol),
+        max_body_bytes=ns.max_body_bytes,
+        max_tensor_elements=ns.max_tensor_elements,
+        max_json_depth=ns.max_json_depth,
+        max_inputs=ns.max_inputs,
+        max_outputs=ns.max_outputs,
     )
 
 
@@ -148,7 +190,14 @@ def drain_gateways(settings: ServerSettings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    settings = settings_from(ns)
+    try:
+        settings = settings_from(ns)
+        tls = settings.tls()
+        if tls is not None:
+            tls.check()
+    except ServeError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     if not os.path.isdir(settings.model_repository):
         print(f"error: model repository '{settings.model_repository}' is not a directory", file=sys.stderr)
         return 2

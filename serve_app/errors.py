@@ -22,6 +22,7 @@ class ErrorCode(enum.Enum):
     UNSUPPORTED = "UNSUPPORTED"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     CANCELLED = "CANCELLED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # ours, not Triton's: a request over a server limit (HTTP 413)
 
 
 class ServeError(Exception):
@@ -63,6 +64,12 @@ class AlreadyExists(ServeError):
 
 class Cancelled(ServeError):
     code = ErrorCode.CANCELLED
+
+
+class ResourceExhausted(ServeError):
+    """A request larger than the server accepts (its body over ``max_body_bytes``)."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
 
 
 class Draining(Unavailable):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from serve_app.errors import InvalidArgument
@@ -56,6 +56,24 @@ class ServerSettings:
     # A batch whose instance doesn't answer within this many seconds fails with 503 / UNAVAILABLE (a hung
     # instance; a dead one fails its calls at once). 0: wait for ever.
     instance_timeout_s: float = 300.0
+    # TLS for the HTTP and gRPC ports (PEM files; both cert and key, or neither). With tls_ca and
+    # tls_require_client_cert, clients must present a certificate signed by that CA (mutual TLS).
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_require_client_cert: bool = False
+    # Triton's --http-restricted-api / --grpc-restricted-protocol values, "<category>[,<category>...]:<key>=<value>":
+    # those APIs answer only requests carrying that header (gRPC: triton-grpc-protocol-<key>). Several
+    # groups: a list, or separated by ";" in `serve run key=value` args.
+    http_restricted_api: tuple[str, ...] = field(default=(), metadata={"sep": ";"})
+    grpc_restricted_protocol: tuple[str, ...] = field(default=(), metadata={"sep": ";"})
+    # Request limits, enforced before allocating (413 / RESOURCE_EXHAUSTED for the body, 400 for the rest);
+    # defaults: serve_app.protocol.limits.DEFAULT_LIMITS.
+    max_body_bytes: int = 256 * 1024 * 1024
+    max_tensor_elements: int = 2**28
+    max_json_depth: int = 64
+    max_inputs: int = 1024
+    max_outputs: int = 1024
     # On SIGTERM: stop accepting (503), then wait this long for requests in progress (Triton's --exit-timeout-secs).
     exit_timeout_s: float = 30.0
 
@@ -66,6 +84,39 @@ class ServerSettings:
             )
         if self.repository_poll_secs <= 0:
             raise InvalidArgument("repository_poll_secs must be positive")
+        self.tls()  # a half-given TLS setting fails here, not in the gateway
+        self.limits()
+        self.restricted_apis()
+
+    def limits(self) -> Any:
+        """The request limits both front ends enforce."""
+        from serve_app.protocol.limits import RequestLimits
+
+        try:
+            return RequestLimits(
+                max_body_bytes=self.max_body_bytes,
+                max_tensor_elements=self.max_tensor_elements,
+                max_json_depth=self.max_json_depth,
+                max_inputs=self.max_inputs,
+                max_outputs=self.max_outputs,
+            )
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+
+    def tls(self) -> Any:
+        """The TLS settings, or None without a certificate."""
+        from serve_app.security.tls import optional_tls
+
+        return optional_tls(self.tls_cert, self.tls_key, self.tls_ca, self.tls_require_client_cert)
+
+    def restricted_apis(self) -> tuple[Any, Any]:
+        """(HTTP, gRPC) restricted APIs, parsed as Triton parses its flags."""
+        from serve_app.security.restricted import RestrictedApis
+
+        return (
+            RestrictedApis.parse(list(self.http_restricted_api)),
+            RestrictedApis.parse(list(self.grpc_restricted_protocol), grpc=True),
+        )
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServerSettings:
@@ -87,7 +138,7 @@ class ServerSettings:
                 elif kind in ("float", float):
                     values[key] = float(raw)
                 elif str(kind).startswith("tuple"):
-                    values[key] = _names(raw)
+                    values[key] = _names(raw, known[key].metadata.get("sep", ","))
                 else:
                     values[key] = str(raw)
             except (TypeError, ValueError):
@@ -98,9 +149,9 @@ class ServerSettings:
         return asdict(self)
 
 
-def _names(raw: Any) -> tuple[str, ...]:
-    """A list, or one comma-separated string (as `serve run key=value` gives it)."""
-    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+def _names(raw: Any, sep: str = ",") -> tuple[str, ...]:
+    """A list, or one string of items separated by ``sep`` (as `serve run key=value` gives it)."""
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(sep)
     return tuple(str(i).strip() for i in items if str(i).strip())
 
 

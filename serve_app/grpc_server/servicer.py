@@ -3,7 +3,9 @@
 The service is registered by hand under Triton's full name
 ``inference.GRPCInferenceService`` because our proto package differs from
 Triton's (so both can load in one process).  Every handler is wrapped once, in
-the table, by the error mapping: no method can forget it.
+the table, by the error mapping: no method can forget it.  Request bytes that
+are not a valid message are answered INVALID_ARGUMENT by the same wrapper (grpc
+itself would answer INTERNAL), in-band on a stream.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from serve_app.errors import ServeError, Unsupported, as_serve_error
+from serve_app.errors import InvalidArgument, ServeError, Unsupported, as_serve_error
 from serve_app.protocol import grpc_codec, repository_codec, stats_codec
+from serve_app.protocol.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
@@ -26,9 +30,29 @@ MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the s
 UnaryHandler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
+class MalformedRequest:
+    """What the deserializer hands on for bytes that don't parse: the handler answers INVALID_ARGUMENT."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.error = InvalidArgument(f"failed to parse the request message: {exc}")
+
+
+def _deserializer(message_type: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            return MalformedRequest(exc)
+
+    return parse
+
+
 class InferenceServicer:
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, limits: RequestLimits = DEFAULT_LIMITS) -> None:
         self.service = service
+        self.limits = limits
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.service.live())
@@ -86,7 +110,7 @@ class InferenceServicer:
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         # Resolve the model first, as HTTP does, so both protocols report the same error.
         self.service.signature(request.model_name, request.model_version)
-        req = grpc_codec.decode_model_infer_request(request)
+        req = grpc_codec.decode_model_infer_request(request, self.limits)
         resp = await self.service.infer(req)
         return grpc_codec.encode_model_infer_response(resp)
 
@@ -130,10 +154,12 @@ class InferenceServicer:
             for task in tasks:
                 task.cancel()
 
-    async def _stream_response(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_response(self, request: pb.ModelInferRequest | MalformedRequest) -> pb.ModelStreamInferResponse:
+        if isinstance(request, MalformedRequest):
+            return pb.ModelStreamInferResponse(error_message=request.error.message)
         try:
             self.service.signature(request.model_name, request.model_version)
-            req = grpc_codec.decode_model_infer_request(request)
+            req = grpc_codec.decode_model_infer_request(request, self.limits)
             resp = await self.service.infer(req)
             return pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))
         except Exception as exc:
@@ -186,6 +212,8 @@ _METHODS: dict[str, tuple[Any, Any, bool]] = {
 def _unary(fn: UnaryHandler | None, name: str) -> UnaryHandler:
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
+            if isinstance(request, MalformedRequest):
+                raise request.error
             if fn is None:
                 raise Unsupported(f"{name} is not supported by this server")
             return await fn(request, context)
@@ -203,12 +231,13 @@ def add_inference_service(servicer: InferenceServicer, server: Any) -> None:
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for name, (req_t, resp_t, streaming) in _METHODS.items():
         fn = getattr(servicer, name, None)
+        parse = _deserializer(req_t)
         if streaming:
             handlers[name] = grpc.stream_stream_rpc_method_handler(
-                fn, request_deserializer=req_t.FromString, response_serializer=resp_t.SerializeToString
+                fn, request_deserializer=parse, response_serializer=resp_t.SerializeToString
             )
         else:
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary(fn, name), request_deserializer=req_t.FromString, response_serializer=resp_t.SerializeToString
+                _unary(fn, name), request_deserializer=parse, response_serializer=resp_t.SerializeToString
             )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

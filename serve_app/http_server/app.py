@@ -1,7 +1,9 @@
 """The v2 HTTP route table.  Handlers decode, call the service, encode.
 
 Errors of every kind are turned into ``{"error": msg}`` with the status from
-:mod:`serve_app.protocol.status`, in one exception handler.
+:mod:`serve_app.protocol.status`, in one exception handler.  Bodies are read
+through :func:`read_body`, which refuses one over ``max_body_bytes`` before
+holding it (413).
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from serve_app.config import config_to_json
-from serve_app.errors import InvalidArgument, ServeError, as_serve_error
+from serve_app.errors import Cancelled, InvalidArgument, ServeError, as_serve_error
 from serve_app.inference.types import InferRequest
 from serve_app.protocol import http_codec, repository_codec, stats_codec
+from serve_app.protocol.limits import DEFAULT_LIMITS, RequestLimits, body_too_large, check_body_size
 from serve_app.protocol.status import http_status
 from serve_app.service import InferenceService
 from serve_app.service.inference_service import ModelMetadata
@@ -36,6 +40,40 @@ def error_response(exc: BaseException) -> Response:
     return Response(http_codec.error_body(err.message), status_code=http_status(err.code), media_type=JSON)
 
 
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (404 no such route, 405 wrong method) in the server's ``{"error": ...}`` form."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    return Response(http_codec.error_body(detail), status_code=status, media_type=JSON, headers=headers)
+
+
+async def read_body(request: Request, limits: RequestLimits) -> bytes:
+    """The request body, refused (413) when its Content-Length or, lacking one, its bytes pass the limit.
+
+    The rest of a refused body is left to the HTTP server, which discards it unread (uvicorn does) and keeps
+    the connection: closing it instead would reset it under a client still sending, which then never reads
+    the 413.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        text = declared.strip()
+        if not text.isascii() or not text.isdigit():
+            raise InvalidArgument(f"invalid Content-Length header: {declared!r}")
+        check_body_size(int(text), limits)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise body_too_large(None, limits)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise Cancelled("the client disconnected while sending the request body") from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _metadata_json(md: ModelMetadata) -> dict[str, Any]:
     def tensors(ts: list[Any]) -> list[dict[str, Any]]:
         return [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in ts]
@@ -49,7 +87,9 @@ def _metadata_json(md: ModelMetadata) -> dict[str, Any]:
     }
 
 
-def build_http_app(service: InferenceService, *, extra_routes: list[Route] | None = None) -> Starlette:
+def build_http_app(
+    service: InferenceService, *, limits: RequestLimits = DEFAULT_LIMITS, extra_routes: list[Route] | None = None
+) -> Starlette:
     def model_args(request: Request) -> tuple[str, str]:
         return request.path_params["model"], request.path_params.get("version", "")
 
@@ -75,10 +115,10 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
     async def infer(request: Request) -> Response:
         name, version = model_args(request)
         sig = service.signature(name, version)
-        body = await request.body()
+        body = await read_body(request, limits)
         header_length = request.headers.get(HEADER_LENGTH)
         req: InferRequest = http_codec.decode_infer_request(
-            body, header_length, model_name=name, model_version=version, sig=sig
+            body, header_length, model_name=name, model_version=version, sig=sig, limits=limits
         )
         resp = await service.infer(req)
         payload, json_length = http_codec.encode_infer_response(resp, req)
@@ -97,13 +137,10 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
         return _json(stats_codec.stats_to_json(await service.model_statistics(name, version)))
 
     async def repository_index(request: Request) -> Response:
-        body = await request.body()
+        body = await read_body(request, limits)
         ready_only = False
         if body.strip():
-            try:
-                obj = json.loads(body)
-            except ValueError as exc:
-                raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+            obj = http_codec.parse_json(body, limits)
             if not isinstance(obj, dict):
                 raise InvalidArgument("repository index request must be a JSON object")
             ready = obj.get("ready", False)
@@ -124,13 +161,13 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
 
     async def repository_load(request: Request) -> Response:
         repository_codec.check_repository_name(request.path_params.get("repository", ""))
-        params = repository_codec.http_load_parameters(await request.body())
+        params = repository_codec.http_load_parameters(await read_body(request, limits), limits)
         await service.repository_load(request.path_params["model"], params)
         return Response(status_code=200, media_type=JSON)  # Triton: 200, JSON content type, empty body
 
     async def repository_unload(request: Request) -> Response:
         repository_codec.check_repository_name(request.path_params.get("repository", ""))
-        unload_dependents = repository_codec.http_unload_dependents(await request.body())
+        unload_dependents = repository_codec.http_unload_dependents(await read_body(request, limits), limits)
         await service.repository_unload(request.path_params["model"], unload_dependents)
         return Response(status_code=200, media_type=JSON)
 
@@ -170,4 +207,4 @@ def build_http_app(service: InferenceService, *, extra_routes: list[Route] | Non
             Route(f"{prefix}/unload", guarded(repository_unload), methods=["POST"]),
         ]
     routes += extra_routes or []
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})

@@ -243,7 +243,8 @@ def array_from_list(name: str, datatype: str, shape: Sequence[int], values: list
             if t is not float and t is not int:
                 raise _type_error(name, datatype, v)
         try:
-            arr = np.array(flat, dtype=dt.numpy)
+            with np.errstate(over="ignore"):  # a double beyond FP16/FP32's range becomes inf, as a C cast does
+                arr = np.array(flat, dtype=dt.numpy)
         except OverflowError:
             raise InvalidArgument(
                 f"Unable to parse 'data': value out of range for input '{name}' of type {datatype}"

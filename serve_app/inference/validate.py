@@ -7,6 +7,8 @@ whether it fits the model is decided here, once, against the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from serve_app.errors import InvalidArgument
 from serve_app.inference.signature import ModelSignature, format_dims
 from serve_app.inference.types import InferRequest
@@ -15,6 +17,19 @@ from serve_app.inference.types import InferRequest
 def _names(names: list[str] | tuple[str, ...]) -> str:
     # Triton prints name lists as ['A','B'] (no space after the comma).
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def declared_shape(model: str, name: str, shape: Sequence[int]) -> tuple[int, ...]:
+    """An input's shape as sent, checked before its data is decoded (the decode needs it whole).
+
+    Both codecs call this, so a negative dimension gets Triton's message over HTTP and gRPC alike.
+    """
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(
+            f"All input dimensions should be specified for input '{name}' for model '{model}', got {format_dims(dims)}"
+        )
+    return dims
 
 
 def validate_request(request: InferRequest, sig: ModelSignature) -> int:
@@ -60,12 +75,7 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> int:
     batching = sig.max_batch_size > 0
     batch: int | None = None
     for t in request.inputs:
-        shape = tuple(t.shape)
-        if any(d < 0 for d in shape):
-            raise InvalidArgument(
-                f"All input dimensions should be specified for input '{t.name}' for model '{model}', "
-                f"got {format_dims(shape)}"
-            )
+        shape = declared_shape(model, t.name, t.shape)
         if tuple(t.data.shape) != shape:
             raise InvalidArgument(
                 f"input '{t.name}' for model '{model}' has data of shape {format_dims(t.data.shape)}, "
@@ -78,6 +88,8 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> int:
                 batch = shape[0]
             elif shape[0] != batch:
                 raise InvalidArgument(f"input '{t.name}' batch size does not match other inputs for '{model}'")
+    if batch == 0:  # Triton's core refuses an empty batch; batchers and backends assume one row at least
+        raise InvalidArgument(f"inference request batch-size must be >= 1 for '{model}'")
     batch_size = batch or 0
     if batching and batch_size > sig.max_batch_size:
         raise InvalidArgument(f"inference request batch-size must be <= {sig.max_batch_size} for '{model}'")

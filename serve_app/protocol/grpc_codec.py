@@ -24,6 +24,8 @@ from serve_app.inference.types import (
     ParamValue,
     RequestedOutput,
 )
+from serve_app.inference.validate import declared_shape
+from serve_app.protocol.limits import DEFAULT_LIMITS, ElementBudget, RequestLimits, check_counts
 from serve_app.protocol.params import strip_reserved
 from serve_app.protos import grpc_service_pb2 as pb
 
@@ -104,12 +106,14 @@ def params_to_pb(params: Mapping[str, object], target: Mapping[str, pb.InferPara
 # --------------------------------------------------------------------------- request
 
 
-def decode_model_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
+def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits = DEFAULT_LIMITS) -> InferRequest:
     """Decode a ModelInferRequest; data from raw contents is zero-copy over the
-    message's bytes."""
+    message's bytes.  ``limits`` are checked on what the message declares, before
+    its tensors are made (its size was grpc's to check)."""
     model = msg.model_name
     raw = msg.raw_input_contents
     n_raw, n_inputs = len(raw), len(msg.inputs)
+    check_counts(model, n_inputs, len(msg.outputs), limits)
     if n_raw and n_raw != n_inputs:
         raise InvalidArgument(
             f"expected {n_inputs} raw_input_contents, one for each input, but got {n_raw} for model "
@@ -119,12 +123,15 @@ def decode_model_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
     parameters = params_from_pb(msg.parameters)
     strip_reserved(parameters)
 
+    budget = ElementBudget(model, limits)
+    for io in msg.inputs:  # every declared shape is counted before any input is decoded
+        budget.add(io.name, io.shape)
+
     inputs: list[InferTensor] = []
     for index, io in enumerate(msg.inputs):
         name, datatype = io.name, io.datatype
         if datatype not in datatypes.BY_WIRE:
             raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
-        shape = tuple(io.shape)
         tparams = params_from_pb(io.parameters)
         if SHARED_MEMORY_REGION in tparams:
             raise InvalidArgument(
@@ -136,12 +143,13 @@ def decode_model_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
             raise InvalidArgument(
                 f"contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
             )
+        if not n_raw and not has_contents:
+            raise InvalidArgument(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
+        shape = declared_shape(model, name, io.shape)
         if n_raw:
             data = tensor_codec.array_from_bytes(name, datatype, shape, raw[index])
-        elif has_contents:
-            data = _from_contents(io, model)
         else:
-            raise InvalidArgument(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
+            data = _from_contents(io, shape, model)
         inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=data, parameters=tparams))
 
     outputs: list[RequestedOutput] = []
@@ -164,7 +172,7 @@ def decode_model_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
     )
 
 
-def _from_contents(io: pb.ModelInferRequest.InferInputTensor, model: str) -> np.ndarray:
+def _from_contents(io: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], model: str) -> np.ndarray:
     """Typed contents, checked the way Triton checks them."""
     name, datatype = io.name, io.datatype
     contents = io.contents
@@ -185,13 +193,13 @@ def _from_contents(io: pb.ModelInferRequest.InferInputTensor, model: str) -> np.
     else:
         values = list(getattr(contents, expected))
     if datatype in ("FP16", "BF16"):
-        if values or tensor_codec.element_count(io.shape) != 0:
+        if values or tensor_codec.element_count(shape) != 0:
             raise InvalidArgument(
                 f"unexpected explicit tensor data for input tensor '{name}' for model '{model}': "
                 f"{datatype} has no typed contents field, send it in raw_input_contents"
             )
-        return tensor_codec.array_from_bytes(name, datatype, tuple(io.shape), b"")
-    return tensor_codec.array_from_list(name, datatype, tuple(io.shape), values)
+        return tensor_codec.array_from_bytes(name, datatype, shape, b"")
+    return tensor_codec.array_from_list(name, datatype, shape, values)
 
 
 # --------------------------------------------------------------------------- response

@@ -35,6 +35,8 @@ from serve_app.inference.types import (
     ParamValue,
     RequestedOutput,
 )
+from serve_app.inference.validate import declared_shape
+from serve_app.protocol.limits import DEFAULT_LIMITS, ElementBudget, RequestLimits, check_counts, check_json_depth
 from serve_app.protocol.params import strip_reserved
 
 INFER_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
@@ -45,7 +47,7 @@ CLASSIFICATION = "classification"
 SHARED_MEMORY_REGION = "shared_memory_region"
 
 _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
+_INT_MIN, _INT_MAX, _UINT_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
 
 # --------------------------------------------------------------------------- request
@@ -58,12 +60,14 @@ def decode_infer_request(
     model_name: str,
     model_version: str,
     sig: ModelSignature,
+    limits: RequestLimits = DEFAULT_LIMITS,
 ) -> InferRequest:
     """Decode an infer request body.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` header value
     as sent (``None`` when absent: the whole body is JSON).  ``sig`` is only
-    needed to infer the input of a raw binary request (``"0"``).
+    needed to infer the input of a raw binary request (``"0"``).  ``limits``
+    are checked on what the request declares, before its tensors are made.
     """
     mv = memoryview(body).cast("B") if isinstance(body, memoryview) else memoryview(body)
     total = len(mv)
@@ -72,9 +76,9 @@ def decode_infer_request(
     else:
         hlen = _parse_header_length(header_length, total)
         if hlen == 0:
-            return _raw_request(mv, model_name, model_version, sig)
+            return _raw_request(mv, model_name, model_version, sig, limits)
 
-    header = _parse_json(body if hlen == total and not isinstance(body, memoryview) else mv[:hlen])
+    header = parse_json(body if hlen == total and not isinstance(body, memoryview) else mv[:hlen], limits)
     if not isinstance(header, dict):
         raise InvalidArgument(f"Unable to parse the request: expected a JSON object, got {_json_type(header)}")
 
@@ -90,6 +94,18 @@ def decode_infer_request(
     inputs_json = header.get("inputs")
     if not isinstance(inputs_json, list):
         raise InvalidArgument("Unable to parse 'inputs': expected an array of input tensors")
+    outputs_json = header.get("outputs", [])
+    if not isinstance(outputs_json, list):
+        raise InvalidArgument("Unable to parse 'outputs': expected an array of requested outputs")
+    check_counts(model_name, len(inputs_json), len(outputs_json), limits)
+
+    budget = ElementBudget(model_name, limits)
+    for item in inputs_json:  # every declared shape is counted before any input is decoded
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            shape = item.get("shape")
+            if isinstance(shape, list) and all(_is_int64(d) for d in shape):
+                budget.add(item["name"], shape)
+
     offset = hlen
     inputs: list[InferTensor] = []
     for item in inputs_json:
@@ -97,10 +113,6 @@ def decode_infer_request(
         inputs.append(tensor)
     if offset != total:
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
-
-    outputs_json = header.get("outputs", [])
-    if not isinstance(outputs_json, list):
-        raise InvalidArgument("Unable to parse 'outputs': expected an array of requested outputs")
     outputs = [_decode_output(item) for item in outputs_json]
 
     return InferRequest(
@@ -123,9 +135,12 @@ def _parse_header_length(raw: str, total: int) -> int:
     return value
 
 
-def _parse_json(raw: bytes | bytearray | memoryview) -> object:
+def parse_json(raw: bytes | bytearray | memoryview, limits: RequestLimits = DEFAULT_LIMITS) -> object:
+    """A request's JSON text, its nesting checked against ``limits`` before the recursive parse."""
+    text = raw if isinstance(raw, bytes) else bytes(raw)
+    check_json_depth(text, limits)
     try:
-        return json.loads(raw if not isinstance(raw, memoryview) else bytes(raw))
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
     except UnicodeDecodeError:
@@ -168,6 +183,10 @@ def _is_uint(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
+def _is_int64(value: object) -> bool:
+    return type(value) is int and _INT_MIN <= value <= _INT_MAX
+
+
 def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) -> tuple[InferTensor, int]:
     """One ``inputs`` entry; binary data is taken from ``mv`` at ``offset``."""
     if not isinstance(item, dict):
@@ -181,8 +200,8 @@ def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) ->
     if datatype not in datatypes.BY_WIRE:
         raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
     shape = item.get("shape")
-    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
-        raise InvalidArgument(f"Unable to parse 'shape': input '{name}' needs a 'shape' array of non-negative integers")
+    if not isinstance(shape, list) or not all(_is_int64(d) for d in shape):
+        raise InvalidArgument(f"Unable to parse 'shape': input '{name}' needs a 'shape' array of 64-bit integers")
     params = _parse_params(item.get("parameters"), f"input '{name}'")
 
     has_data = "data" in item
@@ -212,6 +231,7 @@ def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) ->
             "memory is not supported by this server"
         )
 
+    dims = declared_shape(model_name, name, shape)
     if has_binary:
         size = params[BINARY_DATA_SIZE]
         if not _is_uint(size):
@@ -224,13 +244,13 @@ def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) ->
                 f"unexpected size for input '{name}', expecting {end - len(mv)} additional bytes for "
                 f"model '{model_name}'"
             )
-        data = tensor_codec.array_from_bytes(name, datatype, shape, mv[offset:end])
+        data = tensor_codec.array_from_bytes(name, datatype, dims, mv[offset:end])
         offset = end
         params = {k: v for k, v in params.items() if k != BINARY_DATA_SIZE}
     else:
-        data = tensor_codec.array_from_list(name, datatype, shape, item["data"])
+        data = tensor_codec.array_from_list(name, datatype, dims, item["data"])
 
-    return InferTensor(name=name, datatype=datatype, shape=tuple(shape), data=data, parameters=params), offset
+    return InferTensor(name=name, datatype=datatype, shape=dims, data=data, parameters=params), offset
 
 
 def _decode_output(item: object) -> RequestedOutput:
@@ -242,8 +262,6 @@ def _decode_output(item: object) -> RequestedOutput:
     params = _parse_params(item.get("parameters"), f"output '{name}'")
     if BINARY_DATA in params and not isinstance(params[BINARY_DATA], bool):
         raise InvalidArgument(f"Unable to parse 'binary_data': expected a boolean for output '{name}'")
-    if CLASSIFICATION in params and not _is_uint(params[CLASSIFICATION]):
-        raise InvalidArgument(f"Unable to parse 'classification': expected a non-negative integer for output '{name}'")
     if SHARED_MEMORY_REGION in params:
         raise InvalidArgument(
             f"output '{name}' refers to shared memory region '{params[SHARED_MEMORY_REGION]}', but shared "
@@ -252,7 +270,9 @@ def _decode_output(item: object) -> RequestedOutput:
     return RequestedOutput(name=name, parameters=params)
 
 
-def _raw_request(mv: memoryview, model_name: str, model_version: str, sig: ModelSignature) -> InferRequest:
+def _raw_request(
+    mv: memoryview, model_name: str, model_version: str, sig: ModelSignature, limits: RequestLimits
+) -> InferRequest:
     """The whole body is the one input's data; every output goes back binary."""
     if len(sig.inputs) != 1:
         raise InvalidArgument(
@@ -280,6 +300,7 @@ def _raw_request(mv: memoryview, model_name: str, model_version: str, sig: Model
             per_row = math.prod(d for d in dims if d != WILDCARD_DIM) * spec.datatype.itemsize
             dims[variable[0]] = len(mv) // per_row if per_row else 0
         shape += dims
+        ElementBudget(model_name, limits).add(spec.name, shape)
         data = tensor_codec.array_from_bytes(spec.name, spec.datatype.wire_name, shape, mv)
     tensor = InferTensor(name=spec.name, datatype=spec.datatype.wire_name, shape=tuple(shape), data=data)
     return InferRequest(

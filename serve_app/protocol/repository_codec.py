@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 
 from serve_app.errors import InvalidArgument, Unsupported
+from serve_app.protocol.http_codec import parse_json
+from serve_app.protocol.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service.repository_control import LoadParameters
 
@@ -42,15 +43,8 @@ def _load_parameters(config: str | None, files: dict[str, bytes]) -> LoadParamet
 # --------------------------------------------------------------------------- HTTP
 
 
-def _json_object(body: bytes) -> dict[str, object]:
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise InvalidArgument(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
-    except UnicodeDecodeError:
-        raise InvalidArgument("failed to parse the request JSON buffer: invalid UTF-8") from None
-    except RecursionError:
-        raise InvalidArgument("failed to parse the request JSON buffer: nesting too deep") from None
+def _json_object(body: bytes, limits: RequestLimits) -> dict[str, object]:
+    obj = parse_json(body, limits)
     if not isinstance(obj, dict):
         raise InvalidArgument("Unable to parse the request: expected a JSON object")
     return obj
@@ -67,11 +61,11 @@ def _decode_base64(key: str, text: str) -> bytes:
         raise InvalidArgument(f"Unable to parse '{key}': expected a base64 encoded string") from None
 
 
-def http_load_parameters(body: bytes) -> LoadParameters:
+def http_load_parameters(body: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> LoadParameters:
     """The ``parameters`` of an HTTP load request; an empty body loads with none."""
     if not body:
         return LoadParameters()
-    request = _json_object(body)
+    request = _json_object(body, limits)
     if "parameters" not in request:
         return LoadParameters()
     params = request["parameters"]
@@ -91,11 +85,11 @@ def http_load_parameters(body: bytes) -> LoadParameters:
     return _load_parameters(config, files)
 
 
-def http_unload_dependents(body: bytes) -> bool:
+def http_unload_dependents(body: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> bool:
     """``parameters.unload_dependents`` of an HTTP unload request (false when absent)."""
     if not body:
         return False
-    params = _json_object(body).get("parameters")
+    params = _json_object(body, limits).get("parameters")
     if not isinstance(params, dict) or UNLOAD_DEPENDENTS not in params:
         return False
     value = params[UNLOAD_DEPENDENTS]

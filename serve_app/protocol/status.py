@@ -2,6 +2,7 @@
 
 HTTP follows Triton's ``HttpCodeFromError``: only INTERNAL, NOT_FOUND,
 UNAVAILABLE and UNSUPPORTED have their own status; every other code is a 400.
+RESOURCE_EXHAUSTED (ours: a request over a server limit) is HTTP's 413.
 gRPC maps each code to its namesake ``grpc.StatusCode``.
 """
 
@@ -20,6 +21,7 @@ _TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     ErrorCode.ALREADY_EXISTS: (400, grpc.StatusCode.ALREADY_EXISTS),
     ErrorCode.CANCELLED: (400, grpc.StatusCode.CANCELLED),
     ErrorCode.UNKNOWN: (400, grpc.StatusCode.UNKNOWN),
+    ErrorCode.RESOURCE_EXHAUSTED: (413, grpc.StatusCode.RESOURCE_EXHAUSTED),
 }
 
 

@@ -48,10 +48,11 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn(app: Any, sock: socket.socket) -> tuple[Any, asyncio.Task[None]]:
+def _uvicorn(app: Any, sock: socket.socket, tls: Any = None) -> tuple[Any, asyncio.Task[None]]:
     import uvicorn
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=60)
+    ssl = tls.uvicorn_kwargs() if tls is not None else {}
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=60, **ssl)
     server = uvicorn.Server(config)
     return server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
 
@@ -60,6 +61,7 @@ class Gateway:
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:
         from serve_app.grpc_server import start_grpc_server
         from serve_app.http_server import build_http_app, build_metrics_app
+        from serve_app.security.restricted import restrict_http_app
 
         self.settings = settings
         self.catalog = ModelCatalog()
@@ -82,11 +84,20 @@ class Gateway:
         self._counts_warmups: bool | None = None
         await self.apply_state(await manager.state.remote())
         s = settings
-        self._http, self._http_task = _uvicorn(build_http_app(self.service), reuse_port_socket(s.host, s.http_port))
+        tls = s.tls()
+        if tls is not None:
+            tls.check()
+        http_apis, grpc_apis = s.restricted_apis()
+        limits = s.limits()
+        http_app = restrict_http_app(build_http_app(self.service, limits=limits), http_apis)
+        self._http, self._http_task = _uvicorn(http_app, reuse_port_socket(s.host, s.http_port), tls)
+        # The metrics port stays plain and open, as Triton's.
         self._metrics, self._metrics_task = _uvicorn(
             build_metrics_app(self.service), reuse_port_socket(s.host, s.metrics_port)
         )
-        self._grpc = await start_grpc_server(self.service, s.host, s.grpc_port)
+        self._grpc = await start_grpc_server(
+            self.service, s.host, s.grpc_port, tls=tls, restricted=grpc_apis, limits=limits
+        )
         self._watcher = asyncio.get_running_loop().create_task(self._watch_state())
 
     # -- what it serves ----------------------------------------------------------------------

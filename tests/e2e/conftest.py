@@ -82,18 +82,20 @@ def build_repository(repo: pathlib.Path) -> None:
     control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
 
 
-def _ready(http_url: str) -> bool:
+def _ready(http_url: str, ca_file: str | None = None) -> bool:
+    import ssl
     import urllib.request
 
+    scheme, context = ("https", ssl.create_default_context(cafile=ca_file)) if ca_file else ("http", None)
     try:
-        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=2) as r:
+        with urllib.request.urlopen(f"{scheme}://{http_url}/v2/health/ready", timeout=2, context=context) as r:
             return r.status == 200
     except Exception:
         return False
 
 
 def start_server(
-    tmp_path_factory: pytest.TempPathFactory, repo: pathlib.Path, extra: list[str], tag: str
+    tmp_path_factory: pytest.TempPathFactory, repo: pathlib.Path, extra: list[str], tag: str, ca_file: str | None = None
 ) -> tuple[Server, float]:
     """Start ``python -m serve_app`` (its own Ray) on free ports; returns it once ready, and how long that took."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
@@ -116,7 +118,7 @@ def start_server(
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     http_url, grpc_url = f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not (_ready(http_url) and b"serve_app ready" in log.read_bytes()):
+    while not (_ready(http_url, ca_file) and b"serve_app ready" in log.read_bytes()):
         if proc.poll() is not None or time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

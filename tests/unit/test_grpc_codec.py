@@ -22,6 +22,7 @@ from serve_app.protocol.grpc_codec import (
     params_from_pb,
     params_to_pb,
 )
+from serve_app.protocol.limits import RequestLimits
 from serve_app.protos import grpc_service_pb2 as pb
 
 NP = {
@@ -185,7 +186,7 @@ def test_raw_size_mismatch() -> None:
 def test_raw_negative_shape() -> None:
     msg = pb.ModelInferRequest(model_name="m", raw_input_contents=[b"\x00" * 4])
     msg.inputs.add(name="X", datatype="FP32", shape=[-1])
-    assert "non-negative" in decode_error(msg)
+    assert decode_error(msg) == "All input dimensions should be specified for input 'X' for model 'm', got [-1]"
 
 
 def test_unknown_datatype() -> None:
@@ -341,3 +342,27 @@ def test_response_shape_mismatch_is_internal() -> None:
         encode_model_infer_response(
             InferResponse("m", "1", outputs=[InferTensor("O", "FP32", (4,), np.zeros(3, np.float32))])
         )
+
+
+# --------------------------------------------------------------------------- request limits
+
+
+def test_limits_are_checked_on_the_declaration_before_any_data() -> None:
+    limits = RequestLimits(max_tensor_elements=10, max_inputs=2, max_outputs=1)
+    msg = pb.ModelInferRequest(model_name="m")
+    msg.inputs.add(name="A", datatype="FP32", shape=[2, 3])
+    msg.inputs.add(name="B", datatype="FLOAT", shape=[5])  # never looked at: the limit comes first
+    with pytest.raises(InvalidArgument) as exc:
+        decode_model_infer_request(msg, limits)
+    assert str(exc.value).startswith("input 'B' brings the request for model 'm' to 11 tensor elements")
+    msg.inputs.add(name="C", datatype="FP32", shape=[0])
+    with pytest.raises(InvalidArgument, match="has 3 inputs, more than the maximum allowed value of 2"):
+        decode_model_infer_request(msg, limits)
+    del msg.inputs[1:]
+    msg.outputs.add(name="X")
+    msg.outputs.add(name="Y")
+    with pytest.raises(InvalidArgument, match="requests 2 outputs, more than the maximum allowed value of 1"):
+        decode_model_infer_request(msg, limits)
+    del msg.outputs[1:]
+    msg.raw_input_contents.append(bytes(24))
+    assert decode_model_infer_request(msg, limits).inputs[0].shape == (2, 3)

@@ -19,6 +19,7 @@ from serve_app.errors import InternalError, InvalidArgument
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from serve_app.protocol.http_codec import decode_infer_request, encode_infer_response, error_body
+from serve_app.protocol.limits import RequestLimits
 from serve_app.protos import model_config_pb2 as mc
 
 NP = {
@@ -293,8 +294,9 @@ def test_wrong_types_elsewhere() -> None:
     assert decode_error(bad_bdo).startswith("Unable to parse 'binary_data_output'")
     bad_bd = j({"inputs": [base], "outputs": [{"name": "OUT0", "parameters": {"binary_data": "yes"}}]})
     assert decode_error(bad_bd).startswith("Unable to parse 'binary_data'")
-    bad_cls = j({"inputs": [base], "outputs": [{"name": "OUT0", "parameters": {"classification": -1}}]})
-    assert decode_error(bad_cls).startswith("Unable to parse 'classification'")
+    # 'classification' is checked once for both protocols (inference.classification), not by the codec.
+    cls = j({"inputs": [base], "outputs": [{"name": "OUT0", "parameters": {"classification": -1}}]})
+    assert decode(cls).outputs[0].parameters == {"classification": -1}
 
 
 def test_data_with_wrong_value_types() -> None:
@@ -308,8 +310,15 @@ def test_data_with_wrong_element_count() -> None:
 
 
 def test_negative_shape() -> None:
+    """The shared check (gRPC answers the same): Triton's core message, before any data is decoded."""
     msg = decode_error(j({"inputs": [{"name": "A", "shape": [-1], "datatype": "FP32", "data": [1.0]}]}))
-    assert msg.startswith("Unable to parse 'shape'") and "non-negative" in msg
+    assert msg == "All input dimensions should be specified for input 'A' for model 'm', got [-1]"
+
+
+@pytest.mark.parametrize("dim", [2**63, -(2**63) - 1, 1.0, True, "1", None])
+def test_shape_dims_must_be_int64(dim: object) -> None:
+    msg = decode_error(j({"inputs": [{"name": "A", "shape": [dim], "datatype": "FP32", "data": [1.0]}]}))
+    assert msg == "Unable to parse 'shape': input 'A' needs a 'shape' array of 64-bit integers"
 
 
 @pytest.mark.parametrize("value", [{"a": 1}, [1], None])
@@ -617,3 +626,38 @@ def test_full_round_trip_with_tritonclient() -> None:
 
 def test_error_body() -> None:
     assert json.loads(error_body("bad 'x' ✓")) == {"error": "bad 'x' ✓"}
+
+
+# --------------------------------------------------------------------------- request limits
+
+
+def test_limits_are_checked_on_the_declaration_before_any_data() -> None:
+    limits = RequestLimits(max_tensor_elements=10, max_inputs=2, max_outputs=1, max_json_depth=6)
+    small = {"name": "A", "shape": [2, 3], "datatype": "FP32", "data": [1.0] * 6}
+    big = {"name": "B", "shape": [5], "datatype": "FLOAT", "data": "not even a list"}  # the limit comes first
+    body = j({"inputs": [small, big]})
+    with pytest.raises(InvalidArgument) as exc:
+        decode_infer_request(body, None, model_name="m", model_version="", sig=SIG, limits=limits)
+    assert str(exc.value).startswith("input 'B' brings the request for model 'm' to 11 tensor elements")
+    with pytest.raises(InvalidArgument, match="has 3 inputs, more than the maximum allowed value of 2"):
+        decode_infer_request(j({"inputs": [small] * 3}), None, model_name="m", model_version="", sig=SIG, limits=limits)
+    many_outputs = j({"inputs": [small], "outputs": [{"name": "X"}, {"name": "Y"}]})
+    with pytest.raises(InvalidArgument, match="requests 2 outputs, more than the maximum allowed value of 1"):
+        decode_infer_request(many_outputs, None, model_name="m", model_version="", sig=SIG, limits=limits)
+    nested = j({"inputs": [{**small, "data": [[[[[1.0] * 6]]]]}]})  # {, [, {, then 5 levels of data
+    with pytest.raises(InvalidArgument, match="nesting depth 8 exceeds the maximum allowed value of 6"):
+        decode_infer_request(nested, None, model_name="m", model_version="", sig=SIG, limits=limits)
+    assert decode_infer_request(j({"inputs": [small]}), None, model_name="m", model_version="", sig=SIG).inputs
+
+
+def test_raw_binary_request_counts_its_elements() -> None:
+    limits = RequestLimits(max_tensor_elements=16)
+    assert decode(bytes(64), "0").inputs[0].shape == (16,)
+    with pytest.raises(InvalidArgument, match="to 32 tensor elements"):
+        decode_infer_request(
+            bytes(128), "0", model_name="m", model_version="", sig=sig_for({"X": ("FP32", [-1])}), limits=limits
+        )
+
+
+def test_deep_json_is_refused_before_the_parser_recurses() -> None:
+    assert decode_error(b"[" * 100_000).startswith("failed to parse the request JSON buffer: nesting depth 100000")

@@ -9,6 +9,7 @@ import pytest
 
 from serve_app.errors import InvalidArgument, Unsupported
 from serve_app.protocol import repository_codec as codec
+from serve_app.protocol.limits import RequestLimits
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service.repository_control import LoadParameters
 
@@ -232,3 +233,15 @@ def test_grpc_unload_does_not_add_the_key() -> None:
 def test_grpc_unload_dependents_must_be_bool_param(value: pb.ModelRepositoryParameter) -> None:
     message = invalid(codec.grpc_unload_dependents, unload_params(unload_dependents=value))
     assert message == "invalid value type for 'unload_dependents' parameter, expected bool_param."
+
+
+def test_http_bodies_are_parsed_within_the_json_depth_limit() -> None:
+    """Found by fuzzing: ``[[[[...`` made the parser recurse (the index answered 500 RecursionError)."""
+    deep = b"[" * 5000
+    assert invalid(codec.http_load_parameters, deep).startswith(
+        "failed to parse the request JSON buffer: nesting depth"
+    )
+    assert invalid(codec.http_unload_dependents, deep).startswith("failed to parse the request JSON buffer: nesting")
+    limits = RequestLimits(max_json_depth=2)
+    with pytest.raises(InvalidArgument, match="nesting depth 3"):
+        codec.http_load_parameters(body({"parameters": {"config": [1]}}), limits)

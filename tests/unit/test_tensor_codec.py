@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -248,3 +249,12 @@ def test_to_bytes_converts_mismatched_dtype() -> None:
     assert bytes(array_to_bytes("BOOL", np.array([0, 3], dtype=np.int32))) == b"\x00\x01"
     strided = np.arange(8, dtype=np.int32)[::2]
     assert bytes(array_to_bytes("INT32", strided)) == strided.copy().tobytes()
+
+
+@pytest.mark.parametrize("datatype", ["FP16", "FP32"])
+def test_floats_beyond_the_type_become_inf_without_a_warning(datatype: str) -> None:
+    """As a C cast does (Triton's JSON parser); fuzzing showed numpy warning in the server log on every such request."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        arr = array_from_list("X", datatype, [3], [1e308, -1e308, 1.5])
+    assert arr.tolist() == [float("inf"), float("-inf"), 1.5]

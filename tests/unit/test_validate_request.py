@@ -8,7 +8,7 @@ import pytest
 from serve_app.errors import InvalidArgument, InvalidConfig
 from serve_app.inference.signature import ModelSignature, TensorSpec, format_dims
 from serve_app.inference.types import InferRequest, InferTensor, RequestedOutput
-from serve_app.inference.validate import validate_request
+from serve_app.inference.validate import declared_shape, validate_request
 from serve_app.protos import model_config_pb2 as mc
 
 
@@ -214,3 +214,27 @@ def test_negative_dim_in_request() -> None:
 def test_data_shape_must_match_declared_shape() -> None:
     t = InferTensor("INPUT0", "FP32", (1, 16), np.zeros((2, 8), np.float32))
     assert "has data of shape [2,8]" in message(request(t, tensor("INPUT1", (1, 16))), add_sub())
+
+
+# --------------------------------------------------------------------------- found by fuzzing (scripts/fuzz)
+
+
+def test_empty_batch_is_refused_as_triton_does() -> None:
+    """An empty batch crashed the sequence batcher (500); Triton's core refuses it."""
+    req = request(tensor("INPUT0", (0, 16)), tensor("INPUT1", (0, 16)))
+    assert message(req, add_sub()) == "inference request batch-size must be >= 1 for 'add_sub'"
+
+
+def test_a_model_that_does_not_batch_may_take_an_empty_tensor() -> None:
+    req = request(tensor("INPUT0", (0,)), tensor("INPUT1", (0,)))
+    cfg = mc.ModelConfig(name="add_sub", max_batch_size=0)
+    for name in ("INPUT0", "INPUT1"):
+        cfg.input.add(name=name, data_type=mc.TYPE_FP32, dims=[-1])
+    assert validate_request(req, ModelSignature.from_config(cfg, "1")) == 0
+
+
+def test_declared_shape_is_checked_once_for_both_codecs() -> None:
+    assert declared_shape("m", "X", [2, np.int64(3)]) == (2, 3)
+    with pytest.raises(InvalidArgument) as exc:
+        declared_shape("m", "X", [1, -4])
+    assert str(exc.value) == "All input dimensions should be specified for input 'X' for model 'm', got [1,-4]"

@@ -1,0 +1,74 @@
+"""TLS on both ports and Triton's restricted APIs on the real server, with stock tritonclient."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import example_models
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.e2e.conftest import Server, start_server, stop_server
+from tests.integration.test_security_tls import Pki, _with_cryptography
+
+KEY, SECRET = "admin-key", "s3cret"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    pytest.importorskip("cryptography")
+    return _with_cryptography(tmp_path_factory.mktemp("e2e_pki"))
+
+
+@pytest.fixture(scope="module")
+def secure_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Server]:
+    repo = tmp_path_factory.mktemp("secure_repo")
+    example_models.add_sub(repo)
+    extra = [
+        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+        "--model-control-mode", "explicit", "--load-model", "*",
+        "--http-restricted-api", f"model-repository:{KEY}={SECRET}",
+        "--grpc-restricted-protocol", f"model-repository:{KEY}={SECRET}",
+    ]  # fmt: skip
+    server, _ = start_server(tmp_path_factory, repo, extra, "secure", ca_file=str(pki.ca))
+    yield server
+    stop_server(server)
+
+
+def add_sub(module: object, client: object) -> np.ndarray:
+    a = np.ones((1, 16), np.float32)
+    inputs = [module.InferInput("INPUT0", [1, 16], "FP32"), module.InferInput("INPUT1", [1, 16], "FP32")]  # type: ignore[attr-defined]
+    for i in inputs:
+        i.set_data_from_numpy(a)
+    return client.infer("add_sub", inputs).as_numpy("OUTPUT0")  # type: ignore[attr-defined,no-any-return]
+
+
+def test_http_over_tls_with_a_restricted_repository_api(secure_server: Server, pki: Pki) -> None:
+    client = httpclient.InferenceServerClient(secure_server.http_url, ssl=True, ssl_options={"ca_certs": str(pki.ca)})
+    np.testing.assert_array_equal(add_sub(httpclient, client), np.full((1, 16), 2.0, np.float32))
+    with pytest.raises(InferenceServerException, match=f"This API is restricted, expecting header '{KEY}'"):
+        client.get_model_repository_index()
+    index = client.get_model_repository_index(headers={KEY: SECRET})
+    assert [m["name"] for m in index] == ["add_sub"]
+    client.unload_model("add_sub", headers={KEY: SECRET})
+    assert not client.is_model_ready("add_sub")
+    client.load_model("add_sub", headers={KEY: SECRET})
+    assert client.is_model_ready("add_sub")
+
+
+def test_grpc_over_tls_with_a_restricted_repository_api(secure_server: Server, pki: Pki) -> None:
+    client = grpcclient.InferenceServerClient(secure_server.grpc_url, ssl=True, root_certificates=str(pki.ca))
+    np.testing.assert_array_equal(add_sub(grpcclient, client), np.full((1, 16), 2.0, np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        client.get_model_repository_index()
+    assert refused.value.status() == str(grpc.StatusCode.UNAVAILABLE)
+    assert f"expecting header 'triton-grpc-protocol-{KEY}'" in refused.value.message()
+    index = client.get_model_repository_index(headers={f"triton-grpc-protocol-{KEY}": SECRET})
+    assert [m.name for m in index.models] == ["add_sub"]
+    plain = grpcclient.InferenceServerClient(secure_server.grpc_url)
+    with pytest.raises(InferenceServerException):
+        plain.is_server_live()
