@@ -16,9 +16,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.models import slow_identity
 
 MODEL = "fault_add"  # add_sub with two instances
 DEPLOYMENT = f"{MODEL}.v1.g0"
+SLOW = "overload_slow"  # tens of ms per execution, whatever the batch
+QUEUE = 8  # the server's --max-queue-size
 SERVER_ERRORS = {"500", "StatusCode.INTERNAL", "StatusCode.UNKNOWN"}
 
 
@@ -26,7 +29,9 @@ SERVER_ERRORS = {"500", "StatusCode.INTERNAL", "StatusCode.UNKNOWN"}
 def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("fault_repo")
     example_models.add_sub(repo, name=MODEL, extra_config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
-    extra = ["--model-control-mode", "explicit", "--load-model", "*", "--instance-timeout-s", "3"]
+    slow_identity(repo, SLOW, "dynamic_batching { }\n", matmuls=8)
+    extra = ["--model-control-mode", "explicit", "--load-model", "*", "--instance-timeout-s", "3",
+             "--max-queue-size", str(QUEUE)]  # fmt: skip
     server, _ = start_server(tmp_path_factory, repo, extra, "faults")
     yield server
     stop_server(server)
@@ -104,7 +109,7 @@ def test_killed_gateway_comes_back(fault_server: Server) -> None:
     assert not set(out.failed) & SERVER_ERRORS, out.errors
     client = httpclient.InferenceServerClient(fault_server.http_url)
     assert client.is_server_ready() and client.is_model_ready(MODEL)
-    assert {m["name"] for m in client.get_model_repository_index()} == {MODEL}
+    assert {m["name"] for m in client.get_model_repository_index()} == {MODEL, SLOW}
 
 
 def test_a_failed_reload_keeps_the_old_version_serving(fault_server: Server) -> None:
@@ -115,3 +120,58 @@ def test_a_failed_reload_keeps_the_old_version_serving(fault_server: Server) -> 
     assert client.is_model_ready(MODEL)
     load(fault_server)()
     assert client.get_model_config(MODEL)["max_batch_size"] == 8
+
+
+def test_overload_sheds_with_503_and_recovers(fault_server: Server) -> None:
+    """64 clients against one slow instance with --max-queue-size 8: the excess gets 503 at once, those admitted
+    wait at most a queue's worth of executions, and the server is idle and serving right after."""
+    import threading
+
+    import numpy as np
+
+    stop = threading.Event()
+    lock = threading.Lock()
+    ok_latency: list[float] = []
+    shed: list[float] = []
+    other: list[str] = []
+
+    def client() -> None:
+        c = httpclient.InferenceServerClient(fault_server.http_url, network_timeout=60)
+        inp = httpclient.InferInput("IN", [1, 1], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 1), np.float32))
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                c.infer(SLOW, [inp])
+                with lock:
+                    ok_latency.append(time.monotonic() - t0)
+            except InferenceServerException as exc:
+                with lock:
+                    if exc.status() == "503" and "Exceeds maximum queue size" in str(exc):
+                        shed.append(time.monotonic() - t0)
+                    else:
+                        other.append(str(exc))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(64)]
+    for t in threads:
+        t.start()
+    time.sleep(8.0)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert other == [], other[:5]
+    assert shed and ok_latency, (len(shed), len(ok_latency))
+    ok_latency.sort()
+    p99 = ok_latency[int(len(ok_latency) * 0.99) - 1]
+    print(
+        f"\noverload, 64 clients, queue {QUEUE}: {len(ok_latency)} served (p50 {ok_latency[len(ok_latency) // 2]:.3f}s,"
+        f" p99 {p99:.3f}s), {len(shed)} shed with 503 (slowest {max(shed):.3f}s)"
+    )
+    # Recovered: nothing left queued, and a request is served at once.
+    client = httpclient.InferenceServerClient(fault_server.http_url)
+    t0 = time.monotonic()
+    inp = httpclient.InferInput("IN", [1, 1], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 1), np.float32))
+    client.infer(SLOW, [inp])
+    assert client.get_inference_statistics(SLOW)["model_stats"][0]["inference_stats"]["fail"]["count"] >= len(shed)
+    assert time.monotonic() - t0 < 10
