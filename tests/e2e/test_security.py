@@ -1,4 +1,5 @@
-"""TLS on both ports and Triton's restricted APIs on the real server, with stock tritonclient."""
+"""TLS on both ports and Triton's restricted APIs on the real server (two gateway replicas, which must agree on
+what is loaded), with stock tritonclient."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def secure_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterato
     example_models.add_sub(repo)
     extra = [
         "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
-        "--model-control-mode", "explicit", "--load-model", "*",
+        "--model-control-mode", "explicit", "--load-model", "*", "--gateway-replicas", "2",
         "--http-restricted-api", f"model-repository:{KEY}={SECRET}",
         "--grpc-restricted-protocol", f"model-repository:{KEY}={SECRET}",
     ]  # fmt: skip
@@ -55,9 +56,23 @@ def test_http_over_tls_with_a_restricted_repository_api(secure_server: Server, p
     index = client.get_model_repository_index(headers={KEY: SECRET})
     assert [m["name"] for m in index] == ["add_sub"]
     client.unload_model("add_sub", headers={KEY: SECRET})
-    assert not client.is_model_ready("add_sub")
+    assert fresh_connections_ready(secure_server, pki) == {400}  # both gateway replicas agree at once
     client.load_model("add_sub", headers={KEY: SECRET})
-    assert client.is_model_ready("add_sub")
+    assert fresh_connections_ready(secure_server, pki) == {200}
+
+
+def fresh_connections_ready(server: Server, pki: Pki) -> set[int]:
+    """The model's ready status over 20 new connections, which SO_REUSEPORT spreads over the gateways."""
+    import ssl
+
+    import httpx
+
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    codes = set()
+    for _ in range(20):
+        with httpx.Client(verify=context, headers={"Connection": "close"}) as c:
+            codes.add(c.get(f"https://{server.http_url}/v2/models/add_sub/ready").status_code)
+    return codes
 
 
 def test_grpc_over_tls_with_a_restricted_repository_api(secure_server: Server, pki: Pki) -> None:
