@@ -36,7 +36,7 @@ from serve_app.settings import ServerSettings
 logger = logging.getLogger("ray.serve")
 
 APP_POLL_S = 0.25
-WATCH_TIMEOUT_S = 30.0
+WATCH_TIMEOUT_S = 10.0  # a gateway long poll; Serve waits for it when the manager stops
 
 
 class ModelManager:
