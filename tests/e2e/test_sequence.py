@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import pathlib
 import queue
 import signal
 import subprocess
@@ -37,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import fault_injection
 import grpc
 import httpx
 import numpy as np
@@ -545,26 +545,9 @@ def test_statistics_count_requests_and_batched_executions(
 
 
 def replica_pids(server: Server, deployment: str) -> list[int]:
-    """Live Ray Serve replica processes of ``deployment`` that belong to this test server.
-
-    Ray titles a replica process ``ray::ServeReplica:<app>:<deployment>`` (e.g.
-    ``ray::ServeReplica:serve_app:seq_kill.v1.g0``); they are children of the raylet the server started,
-    and stay in the server's session (the fixture starts it with ``start_new_session``), which keeps
-    another server's replicas on the same machine out of reach.
-    """
-    pids = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-        if state != "Z" and int(session) == server.proc.pid and "ServeReplica:" in title and f":{deployment}" in title:
-            pids.append(int(entry.name))
-    return sorted(pids)
+    """Live Ray Serve replica processes of ``deployment`` that belong to this test server (Ray titles them
+    ``ray::ServeReplica:<app>:<deployment>``; they stay in the session the fixture starts the server in)."""
+    return fault_injection.replica_pids(server.proc.pid, deployment)
 
 
 def ps_listing(fragment: str) -> str:
