@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from serve_app.config.pbtxt import config_error
+from serve_app.config.state_backup import state_backup_enabled
 from serve_app.protos import model_config_pb2 as mc
 
 ONNX_PLATFORM = "onnxruntime_onnx"
@@ -128,6 +129,7 @@ def validate_config(config: mc.ModelConfig, *, model: str, path: str) -> None:
         where.fail("ensemble_scheduling", "an ensemble must specify 'ensemble_scheduling'")
     _check_instance_groups(config, where)
     _check_warmup(config, where)
+    state_backup_enabled(config, path=path)
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
         where.fail("response_cache.enable", "the response cache does not support decoupled models")
 

@@ -89,6 +89,7 @@ class SequenceStep:
     inputs: dict[str, np.ndarray]
     outputs: tuple[str, ...]  # what the client wants back (state outputs are added by the instance)
     batch_size: int  # 1, or 0 when the model does not batch
+    step_id: int = 0  # drawn by the gateway: tells, after a crash, whether the state backed up includes this step
 
 
 @dataclass(slots=True)
@@ -122,10 +123,12 @@ class LookupRequest:
 
 @dataclass(frozen=True, slots=True)
 class PollEvents:
-    """Router to instance: report slots released since the last poll (``snapshot``: every occupied slot)."""
+    """Router to instance: report slots released since the last poll (``snapshot``: every occupied slot).
+    ``acked``: the router holds the state backups up to this number (their steps may be answered)."""
 
     snapshot: bool = False
     wait_s: float = 1.0
+    acked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,51 @@ class InstanceEvents:
     released: tuple[SlotEvent, ...] = ()
     occupied: tuple[SlotEvent, ...] = ()  # with a snapshot
     draining: bool = False  # the instance is stopping: no new sequences
+    backups: tuple[StateBackup, ...] = ()  # the state after each step executed since the last poll, in order
+    backup_seq: int = 0  # the number of the last of them (the router acknowledges it with its next poll)
+
+
+@dataclass(frozen=True, slots=True)
+class StateBackup:
+    """The implicit state of one sequence after one step, kept by the router (see ``sequence_backup.py``).
+    ``step_id`` and ``outputs``: that step and its answer (0 and None in a snapshot)."""
+
+    corr_id: CorrId
+    slot: int
+    generation: int
+    states: dict[str, np.ndarray]
+    step_id: int = 0
+    outputs: dict[str, np.ndarray] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreSequence:
+    """Router to instance: hold this sequence in this (free) slot, with this state, from now on."""
+
+    slot: int
+    corr_id: CorrId
+    generation: int
+    states: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverRequest:
+    """Gateway to router: a step of this sequence failed with its instance; where does it go on, and
+    does the state there include the step (``step_id``)?"""
+
+    model: str
+    corr_id: CorrId
+    failed_instance: str
+    step_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Where the sequence now lives; ``outputs``: the failed step had been executed and backed up, and
+    this was its answer (don't run it again)."""
+
+    assignment: Assignment
+    outputs: dict[str, np.ndarray] | None = None
 
 
 def model_key(name: str, version: int | str) -> str:

@@ -24,7 +24,8 @@ from serve_app.autoscale import LoadMeter
 from serve_app.backends import BackendContext
 from serve_app.errors import Draining, Unavailable, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import PollEvents, SequenceStep, StepResult
+from serve_app.inference.sequence import PollEvents, RestoreSequence, SequenceStep, StepResult
+from serve_app.config.state_backup import state_backup_enabled
 from serve_app.placement import InstanceSpec
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
@@ -101,7 +102,11 @@ class ModelReplica:
                 logging.getLogger("ray.serve").info(warmup.describe(model_name, version))
             if config.HasField("sequence_batching"):
                 self.sequence = SequenceInstance(
-                    config, Path(model_file).parent.parent, self._run_one, instance_id=self.instance_id
+                    config,
+                    Path(model_file).parent.parent,
+                    self._run_one,
+                    instance_id=self.instance_id,
+                    backup=state_backup_enabled(config),
                 )
         except Exception as exc:
             self.instance = None
@@ -185,6 +190,8 @@ class ModelReplica:
             if self.sequence is None:
                 raise Unavailable(f"model '{self.name}' version {self.version} has no sequence batcher here")
             return await self.sequence.poll(message)
+        if isinstance(message, RestoreSequence):
+            return self.sequence is not None and not self._stopping and self.sequence.restore(message)
         raise TypeError(f"unexpected channel message {type(message).__name__}")
 
     async def channel_address(self) -> tuple[str, int] | None:

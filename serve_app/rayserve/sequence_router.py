@@ -10,9 +10,11 @@ a reload brings a new generation, whose instances replace the old ones).
 It finds their replicas with a Serve broadcast (every second
 until each model has its replicas, then every few seconds) and keeps one
 long poll open to each: freed slots come back on it, and a poll that breaks
-means the instance is gone, so its sequences are marked lost at once.  If
-this actor dies, Serve starts a new one, which rebuilds the table from the
-instances' snapshots of their occupied slots.
+means the instance is gone, so its sequences are marked lost at once, or,
+when their state is backed up (the same poll carries the backups and its next
+call acknowledges them), restored in free slots of other instances.  If this
+actor dies, Serve starts a new one, which rebuilds the table (and the backups)
+from the instances' snapshots.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.errors import as_serve_error
-from serve_app.inference.sequence import InstanceEvents, PollEvents
+from serve_app.inference.sequence import InstanceEvents, PollEvents, RestoreSequence
+from serve_app.scheduling.sequence_assigner import Restore
 from serve_app.scheduling.sequence_router import SequenceRouter
 from serve_app.transport import ChannelClient, ChannelServer
 
@@ -56,6 +59,8 @@ class SequenceRouterDeployment:
         self._token = token
         self._watched: dict[str, asyncio.Task[None]] = {}  # instance id -> poll loop
         self._owner: dict[str, str] = {}  # instance id -> model key
+        self._clients: dict[str, ChannelClient] = {}  # instance id -> its poll channel (restores go on it too)
+        self._restores: set[asyncio.Task[None]] = set()
         self._server = ChannelServer(self.core.handle, token)
         self._address = await self._server.start(ray.util.get_node_ip_address())
         self._discoverer = asyncio.get_running_loop().create_task(self._discover_forever())
@@ -132,6 +137,7 @@ class SequenceRouterDeployment:
                 except Exception:
                     logger.exception("discovering the instances of %s failed", m.key)
                     complete = False
+            self.core.expire_restores(time.monotonic_ns())
             await asyncio.sleep(DISCOVER_SLOW_S if complete else DISCOVER_FAST_S)
 
     async def _discover(self, model: SequenceModelSpec) -> bool:
@@ -162,23 +168,61 @@ class SequenceRouterDeployment:
             await client.connect(self._token)
             events: InstanceEvents = await asyncio.wait_for(client.call(PollEvents(snapshot=True)), POLL_TIMEOUT_S)
             self.core.instance_up(key, instance, address, events.occupied)
+            self.core.backed_up(key, events)
+            self._clients[instance] = client
             up = True
             logger.info("model %s: sequence instance %s at %s:%d", key, instance, *address)
+            self._send_restores(key)
             while True:
-                events = await asyncio.wait_for(client.call(PollEvents(wait_s=POLL_WAIT_S)), POLL_TIMEOUT_S)
+                poll = PollEvents(wait_s=POLL_WAIT_S, acked=events.backup_seq)
+                events = await asyncio.wait_for(client.call(poll), POLL_TIMEOUT_S)
+                self.core.backed_up(key, events)  # before the releases: an END's release drops its backup
                 self.core.released(key, events, time.monotonic_ns())
                 self.core.assigner(key).set_draining(instance, events.draining)
+                self._send_restores(key)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             reason = f"its model instance at {address[0]}:{address[1]} failed ({as_serve_error(exc).message})"
         finally:
             client.close()
+            if self._clients.get(instance) is client:
+                del self._clients[instance]
             if up and self._owner.get(instance) == key:
                 self.core.instance_down(key, instance, reason)
+                self._send_restores(key)
             if self._owner.get(instance) == key:
                 self._watched.pop(instance, None)
                 self._owner.pop(instance, None)
+
+    # -- restores -------------------------------------------------------------------------
+    def _send_restores(self, key: str) -> None:
+        for restore in self.core.take_restores(key):
+            task = asyncio.get_running_loop().create_task(self._restore(key, restore))
+            self._restores.add(task)
+            task.add_done_callback(self._restores.discard)
+
+    async def _restore(self, key: str, restore: Restore) -> None:
+        target = restore.assignment
+        client = self._clients.get(target.instance)
+        ok, reason = False, f"instance {target.instance} is not reachable"
+        if client is not None:
+            message = RestoreSequence(target.slot, restore.corr_id, target.generation, restore.states)
+            try:
+                ok = bool(await asyncio.wait_for(client.call(message), POLL_TIMEOUT_S))
+                reason = "its new instance refused it"
+            except Exception as exc:
+                reason = as_serve_error(exc).message
+        if ok:
+            logger.info(
+                "model %s: sequence %s restored in slot %d of instance %s",
+                key,
+                restore.corr_id,
+                target.slot,
+                target.instance,
+            )
+        self.core.restored(key, restore, ok, reason)
+        self._send_restores(key)  # a failed restore may have freed a slot for another
 
     async def __del__(self) -> None:
         self._discoverer.cancel()

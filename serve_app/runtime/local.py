@@ -11,6 +11,7 @@ from serve_app.inference.sequence import (
     Assignment,
     CorrId,
     InstanceEvents,
+    Recovery,
     SequenceStep,
     SlotEvent,
     StepResult,
@@ -36,6 +37,9 @@ class LocalSequencePort:
 
     async def lookup(self, corr_id: CorrId) -> Assignment:
         return await self._router.lookup(self._key, corr_id)
+
+    async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
+        return await self._router.recover(self._key, corr_id, failed_instance, step_id)
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         # A task starts in creation order and queues its step before its first await: steps keep their order.

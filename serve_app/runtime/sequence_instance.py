@@ -8,11 +8,20 @@ tensors, input states), runs it off the event loop, keeps the output states
 and answers each step.  Freed slots are reported to the router through
 :meth:`poll` (a long poll the router keeps open, which also tells it the
 instance is alive).
+
+With state backup (``config/state_backup.py``) the state of each
+sequence after each step also goes to the router on that poll, and the step's
+answer waits until the router's next poll acknowledges it (one round trip;
+the instance executes the next batch meanwhile).  A router that does not
+acknowledge within :data:`BACKUP_WAIT_S` is given up on for those steps: they
+are answered unprotected.  :meth:`restore` takes over a sequence the router
+moved here from a lost instance.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,8 +34,10 @@ from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.sequence import (
     InstanceEvents,
     PollEvents,
+    RestoreSequence,
     SequenceStep,
     SlotEvent,
+    StateBackup,
     StepResult,
     describe,
 )
@@ -36,6 +47,10 @@ from serve_app.runtime.sequence_state import ImplicitState
 from serve_app.scheduling.sequence_batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
 
 Run = Callable[[Execution], Awaitable[ExecutionResult]]
+
+logger = logging.getLogger("serve_app")
+
+BACKUP_WAIT_S = 2.0  # answers held longer than this for the router's acknowledgement go out unprotected
 
 
 @dataclass(slots=True, eq=False)
@@ -55,8 +70,10 @@ class SequenceInstance:
         instance_id: str,
         clock: Callable[[], int] = time.monotonic_ns,
         on_release: Callable[[list[SlotEvent]], None] | None = None,
+        backup: bool = False,
     ) -> None:
-        """``on_release``: told of freed slots directly (in process), instead of through :meth:`poll`."""
+        """``on_release``: told of freed slots directly (in process), instead of through :meth:`poll`.
+        ``backup``: send each step's state to the router before answering it (needs :meth:`poll`)."""
         self.id = instance_id
         self.model_name = config.name
         self.batcher: SequenceBatcher[_Job] = SequenceBatcher(SequenceBatchingConfig.from_model_config(config))
@@ -72,6 +89,12 @@ class SequenceInstance:
         self.draining = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._on_release = on_release
+        self.backup = backup and bool(self.state) and on_release is None
+        self._backups: list[StateBackup] = []  # for the next poll
+        self._backup_seq = 0  # numbers the executions whose states were backed up
+        self._held: list[tuple[int, asyncio.Future[StepResult], StepResult]] = []  # answers awaiting the ack
+        self._backup_timer: asyncio.TimerHandle | None = None
+        self.unprotected = 0  # steps answered without the router's acknowledgement
 
     # -- steps -------------------------------------------------------------------------
     async def step(self, step: SequenceStep) -> StepResult:
@@ -207,6 +230,8 @@ class SequenceInstance:
 
     def _answer(self, rows: list[Row[_Job]], execution: Execution, result: ExecutionResult, dispatch_ns: int) -> None:
         first = True
+        backups: list[StateBackup] = []
+        answers: list[tuple[asyncio.Future[StepResult], StepResult]] = []
         for index, row in enumerate(rows):
             if row.pending is None:
                 continue
@@ -230,7 +255,66 @@ class SequenceInstance:
                     res.outputs = {n: outs[n] for n in job.step.outputs}
                 if self.state:
                     self.state.store(row.slot, outs, index if self._batched else None)
-            _resolve(job.future, res)
+                    if self.backup and not job.step.end:
+                        step = job.step
+                        held = self.state.held(row.slot) or {}
+                        backups.append(
+                            StateBackup(step.corr_id, row.slot, step.generation, held, step.step_id, res.outputs)
+                        )
+            answers.append((job.future, res))
+        if backups:
+            self._backup_seq += 1
+            self._backups.extend(backups)
+            self._events.set()
+        if backups or self._held:  # answers leave in order: behind those still awaiting their ack
+            for future, res in answers:
+                self._hold(self._backup_seq, future, res)
+        else:
+            for future, res in answers:
+                _resolve(future, res)
+
+    # -- state backup ------------------------------------------------------------------------
+    def _hold(self, seq: int, future: asyncio.Future[StepResult], result: StepResult) -> None:
+        self._held.append((seq, future, result))
+        if self._backup_timer is None:
+            self._backup_timer = asyncio.get_running_loop().call_later(BACKUP_WAIT_S, self._backup_overdue)
+
+    def _acked(self, upto: int) -> None:
+        if not self._held or self._held[0][0] > upto:
+            return
+        keep = []
+        for seq, future, result in self._held:
+            if seq <= upto:
+                _resolve(future, result)
+            else:
+                keep.append((seq, future, result))
+        self._held = keep
+        if self._backup_timer is not None:
+            self._backup_timer.cancel()
+            self._backup_timer = None
+        if keep:
+            self._backup_timer = asyncio.get_running_loop().call_later(BACKUP_WAIT_S, self._backup_overdue)
+
+    def _backup_overdue(self) -> None:
+        self._backup_timer = None
+        if self._held:
+            logger.warning(
+                "model %s: the sequence router did not acknowledge state backups for %.0f s; answering %d step(s) "
+                "unprotected",
+                self.model_name,
+                BACKUP_WAIT_S,
+                len(self._held),
+            )
+            self.unprotected += len(self._held)
+            self._acked(self._backup_seq)
+
+    def restore(self, message: RestoreSequence) -> bool:
+        """Hold a sequence the router moved here from a lost instance, with its last backed-up state."""
+        if not self.batcher.adopt(message.slot, message.corr_id, message.generation, self._clock()):
+            return False
+        self.state.put(message.slot, message.states)
+        self._pump()  # arms the sequence's idle timeout
+        return True
 
     # -- slot events for the router -----------------------------------------------------------
     def _report(self, released: list[SlotEvent]) -> None:
@@ -247,16 +331,24 @@ class SequenceInstance:
     async def poll(self, request: PollEvents) -> InstanceEvents:
         """Slots freed since the last poll (waits up to ``wait_s`` for one) and every occupied slot (with
         ``snapshot``, at once: a restarted router rebuilds its table from it)."""
+        self._acked(request.acked)
         if request.snapshot:
             self._released.clear()
-        elif not self._released:
+        elif not self._released and not self._backups:
             try:
                 await asyncio.wait_for(self._events.wait(), request.wait_s)
             except asyncio.TimeoutError:
                 pass
         released, self._released = tuple(self._released), []
+        backups, self._backups = self._backups, []
+        occupied = tuple(self.batcher.occupied())
+        if request.snapshot and self.backup:  # a new router: every held state, after the steps' own backups
+            for e in occupied:
+                held = self.state.held(e.slot)
+                if held is not None:
+                    backups.append(StateBackup(e.corr_id, e.slot, e.generation, held))
         self._events.clear()
-        return InstanceEvents(self.id, released, tuple(self.batcher.occupied()), self.draining)
+        return InstanceEvents(self.id, released, occupied, self.draining, tuple(backups), self._backup_seq)
 
     def drain(self) -> None:
         """Stopping: tell the router at its next poll to give this instance no new sequence."""

@@ -91,5 +91,13 @@ class ImplicitState:
             s.input_name: outputs[s.output_name] if row is None else outputs[s.output_name][row] for s in self.specs
         }
 
+    def held(self, slot: int) -> dict[str, np.ndarray] | None:
+        """The states a slot's sequence holds now (None before its first step)."""
+        return self._values.get(slot)
+
+    def put(self, slot: int, states: dict[str, np.ndarray]) -> None:
+        """Set a slot's states (a sequence restored from another instance)."""
+        self._values[slot] = {s.input_name: states[s.input_name] for s in self.specs}
+
     def drop(self, slot: int) -> None:
         self._values.pop(slot, None)

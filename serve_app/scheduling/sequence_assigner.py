@@ -10,8 +10,13 @@ maps, lifted out of the instances so that it spans replicas and nodes):
   restarts the sequence after its queued requests);
 - when an instance releases a slot (END executed, or idle timeout) the oldest
   backlogged sequence gets it;
-- when an instance is lost, its sequences are remembered as lost, so their next
-  requests get a clear error instead of a silent restart on another instance.
+- when an instance is lost, its sequences whose state is backed up (see
+  ``config/state_backup.py``) are placed in free slots of other
+  instances (ahead of the backlog; they wait for a slot up to the caller's
+  restore wait), and the caller restores them there (:meth:`take_restores`,
+  :meth:`restored`); lookups wait meanwhile.  The others are remembered as
+  lost, so their next requests get a clear error instead of a silent restart
+  on another instance.
 
 Slots are numbered per instance: ``0 .. slots-1`` (batch slots for the direct
 strategy, candidate places for the oldest strategy).
@@ -24,8 +29,11 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from serve_app.errors import InvalidArgument, Unavailable
-from serve_app.inference.sequence import Assignment, CorrId, SlotEvent, describe
+from serve_app.inference.sequence import Assignment, CorrId, SlotEvent, StateBackup, describe
+from serve_app.scheduling.sequence_backups import SequenceBackups
 
 LOST_MEMORY = 100_000  # lost sequence IDs remembered (oldest forgotten first)
 
@@ -40,6 +48,15 @@ class _Instance:
     draining: bool = False  # stopping: keeps its sequences, takes no new one
 
 
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """A sequence of a lost instance placed in a free slot: its state is to be sent there."""
+
+    corr_id: CorrId
+    assignment: Assignment
+    states: dict[str, np.ndarray]
+
+
 class SequenceAssigner:
     def __init__(self, model_name: str, slots_per_instance: int, grace_ns: int = 10_000_000_000) -> None:
         """``grace_ns``: how long a slot given here may stay unknown to its instance (see :meth:`reconcile`)."""
@@ -50,6 +67,10 @@ class SequenceAssigner:
         self.active: dict[CorrId, Assignment] = {}
         self._backlog: OrderedDict[CorrId, None] = OrderedDict()
         self._lost: OrderedDict[CorrId, str] = OrderedDict()
+        self.backups = SequenceBackups()
+        self._to_place: OrderedDict[CorrId, tuple[str, int]] = OrderedDict()  # lost with a backup: (reason, since)
+        self._restoring: dict[CorrId, Assignment] = {}  # placed, state on its way to the instance
+        self._placed: list[Restore] = []
 
     # -- instances ---------------------------------------------------------------
     def instances(self) -> list[str]:
@@ -75,15 +96,27 @@ class SequenceAssigner:
                 self.active[e.corr_id] = Assignment(instance, address, e.slot, e.generation)
         return self._admit()
 
-    def remove_instance(self, instance: str, reason: str) -> list[CorrId]:
-        """Forget a failed instance; its sequences become lost.  Returns their IDs."""
+    def remove_instance(self, instance: str, reason: str, now_ns: int = 0) -> list[CorrId]:
+        """Forget a failed instance.  Its sequences with a backup wait to be restored elsewhere (see
+        :meth:`take_restores`); the others become lost.  Returns the lost IDs."""
         inst = self._instances.pop(instance, None)
         if inst is None:
             return []
-        lost = list(inst.owners.values())
-        for corr in lost:
-            self.active.pop(corr, None)
-            self._remember_lost(corr, reason)
+        lost = []
+        for corr in inst.owners.values():
+            current = self.active.get(corr)
+            if current is not None and current.instance == instance:
+                del self.active[corr]
+            elif (restoring := self._restoring.get(corr)) is not None and restoring.instance == instance:
+                del self._restoring[corr]  # it died before its restore arrived: place it again
+            else:
+                continue  # a slot it still held for a sequence that lives elsewhere now
+            if corr in self.backups:
+                self._to_place[corr] = (reason, now_ns)
+            else:
+                self._remember_lost(corr, reason)
+                lost.append(corr)
+        self._place_restores()
         return lost
 
     def set_draining(self, instance: str, draining: bool) -> None:
@@ -94,8 +127,12 @@ class SequenceAssigner:
 
     # -- sequences ----------------------------------------------------------------
     def start(self, corr_id: CorrId) -> Assignment | None:
-        """The slot for a START; None while the sequence waits in the backlog."""
+        """The slot for a START; None while the sequence waits in the backlog (or for its restore)."""
         self._lost.pop(corr_id, None)
+        if corr_id in self._restoring:
+            return None  # the START runs in the restored slot (it resets the state anyway)
+        if self._to_place.pop(corr_id, None) is not None:
+            self.backups.drop(corr_id)  # starting anew: the old state is not needed
         current = self.active.get(corr_id)
         if current is not None:
             # A restart keeps the slot under a new generation, so a release of the old one that is still
@@ -117,7 +154,7 @@ class SequenceAssigner:
         current = self.active.get(corr_id)
         if current is not None:
             return current
-        if corr_id in self._backlog:
+        if corr_id in self._backlog or corr_id in self._restoring or corr_id in self._to_place:
             return None
         reason = self._lost.get(corr_id)
         if reason is not None:
@@ -140,6 +177,7 @@ class SequenceAssigner:
             if current.generation != generation:
                 return []  # released by an older owner of the same ID: the current one keeps it
             del self.active[corr_id]
+            self.backups.drop(corr_id)
         del inst.owners[slot]
         inst.unseen.pop(slot, None)
         heapq.heappush(inst.free, slot)
@@ -169,6 +207,57 @@ class SequenceAssigner:
                 admitted += self.release(instance, slot, corr, generation)
         return admitted
 
+    # -- state backups and restores ---------------------------------------------------------
+    def backed_up(self, instance: str, backups: tuple[StateBackup, ...]) -> None:
+        """Keep the states an instance sent, each if it still holds that sequence."""
+        for b in backups:
+            current = self.active.get(b.corr_id)
+            if (
+                current is not None
+                and current.instance == instance
+                and current.slot == b.slot
+                and current.generation == b.generation
+            ):
+                self.backups.store(b)
+
+    def take_restores(self) -> list[Restore]:
+        """Sequences placed for a restore since the last call: send each its state."""
+        placed, self._placed = self._placed, []
+        return placed
+
+    def restored(
+        self, corr_id: CorrId, assignment: Assignment, ok: bool, reason: str
+    ) -> tuple[list[tuple[CorrId, Assignment]], bool]:
+        """The outcome of a restore.  Returns the sequences admitted (the restored one first) and whether
+        this one is now lost."""
+        if self._restoring.get(corr_id) != assignment:
+            return [], False  # superseded (restarted, or its target was lost meanwhile)
+        del self._restoring[corr_id]
+        inst = self._instances.get(assignment.instance)
+        held = inst is not None and inst.owners.get(assignment.slot) == corr_id
+        if ok and held:
+            self.active[corr_id] = assignment
+            self.backups.moved(corr_id, assignment.generation)
+            return [(corr_id, assignment)], False
+        self.backups.drop(corr_id)
+        self._remember_lost(corr_id, reason)
+        if held and inst is not None:
+            del inst.owners[assignment.slot]
+            heapq.heappush(inst.free, assignment.slot)
+        return self._admit(), True
+
+    def expire_restores(self, now_ns: int, wait_ns: int) -> list[CorrId]:
+        """Sequences that found no free slot within ``wait_ns`` of their instance's loss: now lost."""
+        expired = [corr for corr, (_, since) in self._to_place.items() if now_ns - since >= wait_ns]
+        for corr in expired:
+            reason, _ = self._to_place.pop(corr)
+            self.backups.drop(corr)
+            self._remember_lost(corr, f"{reason}, and no instance had a free slot to restore it")
+        return expired
+
+    def restoring(self) -> int:
+        return len(self._to_place) + len(self._restoring)
+
     @property
     def backlog(self) -> list[CorrId]:
         return list(self._backlog)
@@ -191,7 +280,24 @@ class SequenceAssigner:
         self.active[corr_id] = assignment
         return assignment
 
+    def _place_restores(self) -> None:
+        while self._to_place:
+            inst = self._most_free()
+            if inst is None:
+                return
+            corr, _ = self._to_place.popitem(last=False)
+            record = self.backups.get(corr)
+            if record is None:
+                continue
+            slot = heapq.heappop(inst.free)
+            inst.owners[slot] = corr
+            assignment = Assignment(inst.id, inst.address, slot, secrets.randbits(62))
+            self._restoring[corr] = assignment
+            self._placed.append(Restore(corr, assignment, record.states))
+
     def _admit(self) -> list[tuple[CorrId, Assignment]]:
+        """Give free slots to sequences waiting for a restore, then to the backlog in order."""
+        self._place_restores()
         admitted = []
         while self._backlog:
             inst = self._most_free()

@@ -251,6 +251,13 @@ class SequenceBatcher(Generic[T]):
         ]
         return max(min(deadlines) - now_ns, 1_000) if deadlines else 0
 
+    def adopt(self, slot: int, corr_id: CorrId, generation: int, now_ns: int) -> bool:
+        """Take over a sequence restored from another instance into a free slot (False if not free)."""
+        if not 0 <= slot < len(self._slots) or self._slots[slot] is not None:
+            return False
+        self._slots[slot] = _Slot(corr_id, generation, now_ns)
+        return True
+
     def occupied(self) -> list[SlotEvent]:
         return [SlotEvent(i, s.corr_id, s.generation) for i, s in enumerate(self._slots) if s is not None]
 

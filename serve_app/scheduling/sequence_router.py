@@ -1,36 +1,49 @@
 """The sequence router's logic for every sequence model: assignment, backlog waits, slot events.
 
 It wraps one :class:`~serve_app.scheduling.sequence_assigner.SequenceAssigner`
-per model version and lets a START (or a step of a backlogged sequence) wait
-until its sequence is admitted.  It imports no Ray: the Ray layer hosts it in
-one actor (``serve_app.rayserve.sequence_router``), tests and the in-process
-executor call it directly.
+per model version and lets a START (or a step of a backlogged or restoring
+sequence) wait until its sequence is admitted.  After an instance is lost it
+answers gateways whose steps failed with it (:meth:`recover`): where the
+sequence goes on, and the step's answer if the backed-up state includes it.
+It imports no Ray: the Ray layer hosts it in one actor
+(``serve_app.rayserve.sequence_router``), tests and the in-process executor
+call it directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
-from serve_app.errors import NotFound, Unavailable
+from serve_app.errors import NotFound, ServeError, Unavailable
 from serve_app.inference.sequence import (
     Assignment,
     AssignRequest,
     CorrId,
     InstanceEvents,
     LookupRequest,
+    RecoverRequest,
+    Recovery,
     SlotEvent,
+    describe,
 )
-from serve_app.scheduling.sequence_assigner import SequenceAssigner
+from serve_app.scheduling.sequence_assigner import Restore, SequenceAssigner
 
 logger = logging.getLogger("serve_app")
+
+RESTORE_WAIT_S = 60.0  # how long a lost instance's sequences wait for a free slot (Serve replaces a replica in ~10 s)
+RECOVER_WAIT_S = 20.0  # how long a failed step waits for its instance to be declared lost (polls time out at 15 s)
 
 
 class SequenceRouter:
     def __init__(self) -> None:
         self._models: dict[str, SequenceAssigner] = {}
         self._waiters: dict[tuple[str, CorrId], list[asyncio.Future[Assignment]]] = {}
+        self._down_waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
+        self.restore_wait_ns = int(RESTORE_WAIT_S * 1e9)
+        self.recover_wait_s = RECOVER_WAIT_S
 
     def add_model(self, key: str, model_name: str, slots_per_instance: int, grace_ns: int = 10_000_000_000) -> None:
         self._models.setdefault(key, SequenceAssigner(model_name, slots_per_instance, grace_ns))
@@ -55,6 +68,8 @@ class SequenceRouter:
             return await self.assign(message.model, message.corr_id)
         if isinstance(message, LookupRequest):
             return await self.lookup(message.model, message.corr_id)
+        if isinstance(message, RecoverRequest):
+            return await self.recover(message.model, message.corr_id, message.failed_instance, message.step_id)
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     async def assign(self, key: str, corr_id: CorrId) -> Assignment:
@@ -64,6 +79,28 @@ class SequenceRouter:
     async def lookup(self, key: str, corr_id: CorrId) -> Assignment:
         placed = self.assigner(key).lookup(corr_id)
         return placed if placed is not None else await self._wait(key, corr_id)
+
+    async def recover(self, key: str, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
+        """A step failed with ``failed_instance``: wait until that instance is declared lost (if it is, its
+        sequences are being restored) and the sequence's new place is known."""
+        table = self.assigner(key)
+        current = table.active.get(corr_id)
+        if current is not None and current.instance == failed_instance and table.has_instance(failed_instance):
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiters = self._down_waiters.setdefault((key, failed_instance), [])
+            waiters.append(future)
+            try:
+                await asyncio.wait_for(future, self.recover_wait_s)
+            except asyncio.TimeoutError:
+                raise Unavailable(
+                    f"sequence {describe(corr_id)} of model '{table.model_name}' was lost: its instance failed "
+                    "to answer; send its next request with the START flag to start it again"
+                ) from None
+            finally:
+                if future in waiters:
+                    waiters.remove(future)
+        assignment = await self.lookup(key, corr_id)
+        return Recovery(assignment, table.backups.answer(corr_id, step_id))
 
     async def _wait(self, key: str, corr_id: CorrId) -> Assignment:
         future: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()
@@ -86,10 +123,57 @@ class SequenceRouter:
     ) -> None:
         self._admitted(key, self.assigner(key).add_instance(instance, address, occupied))
 
-    def instance_down(self, key: str, instance: str, reason: str) -> None:
-        lost = self.assigner(key).remove_instance(instance, reason)
+    def instance_down(self, key: str, instance: str, reason: str, now_ns: int | None = None) -> None:
+        table = self.assigner(key)
+        lost = table.remove_instance(instance, reason, time.monotonic_ns() if now_ns is None else now_ns)
         if lost:
             logger.warning("model %s: %d sequence(s) lost with instance %s: %s", key, len(lost), instance, reason)
+        for corr in lost:
+            self._fail(key, corr)
+        if table.restoring():
+            logger.warning("model %s: %d sequence(s) of instance %s to restore", key, table.restoring(), instance)
+        for future in self._down_waiters.pop((key, instance), ()):
+            if not future.done():
+                future.set_result(None)
+
+    def backed_up(self, key: str, events: InstanceEvents) -> None:
+        if events.backups:
+            self.assigner(key).backed_up(events.instance, events.backups)
+
+    def take_restores(self, key: str) -> list[Restore]:
+        table = self._models.get(key)
+        return table.take_restores() if table is not None else []
+
+    def restored(self, key: str, restore: Restore, ok: bool, reason: str = "") -> None:
+        """A restore's outcome: the sequence's waiting steps go on, or get the "was lost" error."""
+        table = self._models.get(key)
+        if table is None:
+            return
+        why = f"its instance failed and restoring its state failed ({reason})"
+        admitted, lost = table.restored(restore.corr_id, restore.assignment, ok, why)
+        if lost:
+            logger.warning("model %s: sequence %s could not be restored: %s", key, describe(restore.corr_id), reason)
+            self._fail(key, restore.corr_id)
+        self._admitted(key, admitted)
+
+    def expire_restores(self, now_ns: int) -> None:
+        for key, table in self._models.items():
+            for corr in table.expire_restores(now_ns, self.restore_wait_ns):
+                self._fail(key, corr)
+
+    def _fail(self, key: str, corr_id: CorrId) -> None:
+        """Waiting steps of a sequence that is lost get the error a lookup gives now."""
+        waiters = self._waiters.pop((key, corr_id), ())
+        if not waiters:
+            return
+        try:
+            self.assigner(key).lookup(corr_id)
+            error: ServeError = Unavailable(f"sequence {describe(corr_id)} was lost")
+        except ServeError as exc:
+            error = exc
+        for future in waiters:
+            if not future.done():
+                future.set_exception(error)
 
     def released(self, key: str, events: InstanceEvents, now_ns: int | None = None) -> None:
         """Slots an instance freed; with ``now_ns``, ``events.occupied`` is its full list of held slots
@@ -99,6 +183,7 @@ class SequenceRouter:
             self._admitted(key, table.release(events.instance, e.slot, e.corr_id, e.generation))
         if now_ns is not None:
             self._admitted(key, table.reconcile(events.instance, events.occupied, now_ns))
+            self.expire_restores(now_ns)
 
     def _admitted(self, key: str, admitted: list[tuple[CorrId, Assignment]]) -> None:
         for corr_id, assignment in admitted:

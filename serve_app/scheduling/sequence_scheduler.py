@@ -13,12 +13,16 @@ each step there, in order:
   makes the gateway ask the router once more; if the router names the same
   place, the step gets Triton's START-flag error;
 - steps of one sequence are handed to the transport in arrival order, so they
-  reach their slot's queue in order even when several are in flight.
+  reach their slot's queue in order even when several are in flight;
+- with state backup (``config/state_backup.py``), a step that fails with
+  its instance asks the router where the sequence was restored: the step is
+  answered from the backup if it had executed, and sent there again if not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,12 +32,14 @@ from serve_app.errors import InvalidArgument, ServeError, Unavailable
 from serve_app.inference.sequence import (
     Assignment,
     CorrId,
+    Recovery,
     SequenceFlags,
     SequenceStep,
     StepResult,
     describe,
     sequence_flags,
 )
+from serve_app.config.state_backup import state_backup_enabled
 from serve_app.inference.sequence_controls import SequenceControls
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
@@ -49,6 +55,8 @@ class SequencePort(Protocol):
     async def assign(self, corr_id: CorrId) -> Assignment: ...
 
     async def lookup(self, corr_id: CorrId) -> Assignment: ...
+
+    async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery: ...
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         """Hand ``step`` to its instance; returns once it is sent, with a future for its result."""
@@ -73,6 +81,8 @@ class SequenceScheduler:
         self._batched = signature.max_batch_size > 0
         self._places: OrderedDict[CorrId, Assignment] = OrderedDict()
         self._tails: dict[CorrId, asyncio.Future[None]] = {}
+        self._backed_up = state_backup_enabled(config)
+        self._recovering: dict[CorrId, tuple[asyncio.Lock, list[int]]] = {}
 
     async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
         """Send a validated request to the slot of its sequence and wait for its response."""
@@ -94,6 +104,7 @@ class SequenceScheduler:
             {t.name: t.data for t in request.inputs},
             outputs,
             batch_size,
+            random.getrandbits(63) | 1,
         )
         self.stats.pending += 1
         try:
@@ -116,17 +127,28 @@ class SequenceScheduler:
             if previous is not None:
                 await asyncio.shield(previous)
             place = await self._place(corr, flags.start)
-            pending = await self._dispatch(place, step)
+            step.slot, step.generation = place.slot, place.generation
+            try:
+                pending: asyncio.Future[StepResult] | Unavailable = await self._port.dispatch(place, step)
+            except Unavailable as exc:
+                pending = exc
         finally:
             gate.set_result(None)
             if self._tails.get(corr) is gate:
                 del self._tails[corr]
         sent_ns = self._clock()
         try:
+            if isinstance(pending, Unavailable):
+                raise pending
             result = await pending
         except Unavailable as exc:
             self._forget(corr)
-            raise self._lost(corr, exc) from None
+            if not self._backed_up:
+                raise self._lost(corr, exc) from None
+            result = await self._recover(flags, step, place)
+            if flags.end:
+                self._forget(corr)
+            return result, sent_ns
         if result.not_here and flags.start:  # not expected: a START's place comes from the router itself
             self._forget(corr)
             raise Unavailable(
@@ -151,6 +173,38 @@ class SequenceScheduler:
         if flags.end:
             self._forget(corr)
         return result, sent_ns
+
+    async def _recover(self, flags: SequenceFlags, step: SequenceStep, failed: Assignment) -> StepResult:
+        """The step failed with its instance: go on where the router restored the sequence."""
+        corr = flags.corr_id
+        lock, users = self._recovering.setdefault(corr, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:  # steps in flight together are sent again in the order they failed
+                try:
+                    recovery: Recovery | None = await self._port.recover(corr, failed.instance, step.step_id)
+                except ServeError:
+                    if not flags.start:
+                        raise  # the router's "was lost" (no backup, no slot) or START-flag error
+                    recovery = None
+                if recovery is not None and recovery.outputs is not None:  # it ran: its answer was backed up
+                    self._remember(corr, recovery.assignment)
+                    return StepResult(outputs={n: recovery.outputs[n] for n in step.outputs if n in recovery.outputs})
+                place = await self._port.assign(corr) if flags.start or recovery is None else recovery.assignment
+                self._remember(corr, place)
+                try:
+                    result = await (await self._dispatch(place, step))
+                except Unavailable as exc:
+                    self._forget(corr)
+                    raise self._lost(corr, exc) from None
+                if result.not_here:
+                    self._forget(corr)
+                    raise self._not_started(corr)
+                return result
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                self._recovering.pop(corr, None)
 
     async def _place(self, corr: CorrId, start: bool) -> Assignment:
         if start:

@@ -16,7 +16,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from serve_app.errors import Unavailable
-from serve_app.inference.sequence import Assignment, AssignRequest, CorrId, LookupRequest, SequenceStep, StepResult
+from serve_app.inference.sequence import (
+    Assignment,
+    AssignRequest,
+    CorrId,
+    LookupRequest,
+    RecoverRequest,
+    Recovery,
+    SequenceStep,
+    StepResult,
+)
 from serve_app.transport.channel import ChannelBroken, ChannelClient
 
 logger = logging.getLogger("serve_app")
@@ -95,6 +104,10 @@ class ChannelSequencePort:
 
     async def lookup(self, corr_id: CorrId) -> Assignment:
         result: Assignment = await self._router.call(LookupRequest(self._key, corr_id))
+        return result
+
+    async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
+        result: Recovery = await self._router.call(RecoverRequest(self._key, corr_id, failed_instance, step_id))
         return result
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:

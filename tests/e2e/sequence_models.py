@@ -15,7 +15,8 @@ seq_ctl        2      direct, idle 10 s           2          echoes INPUT and ST
 seq_ctl32      2      direct, idle 10 s           1          as seq_ctl, CORRID is TYPE_INT32
 seq_idle       0      direct, idle 1 s            1          running sum (one slot in all)
 seq_oldest     4      oldest (4 candidates), 10 s 2          running sum and CORRID echo
-seq_kill       2      direct, idle 30 s           2          running sum (the replica-kill test)
+seq_kill       2      direct, idle 30 s           2          running sum, state backup off (replica kill)
+seq_survive    2      direct, idle 30 s           2          running sum, state backup on (replica kill)
 =============  =====  ==========================  =========  ========================================
 """
 
@@ -79,6 +80,7 @@ def _save(
     sequence_batching: str,
     instances: int,
     initializers: list[onnx.TensorProto] | None = None,
+    parameters: str = "",
 ) -> pathlib.Path:
     """Every tensor here is one element per batch row: [batch, 1], or [1] without batching."""
     shape: list[str | int] = ["batch", 1] if max_batch_size > 0 else [1]
@@ -103,9 +105,12 @@ def _save(
         + "}\n"
         + f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
         + THREADS
+        + parameters
     )
     return d
 
+
+NO_BACKUP = 'parameters { key: "sequence_state_backup" value: { string_value: "false" } }\n'
 
 ACCUM_IO = (
     'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
@@ -125,6 +130,7 @@ def accumulator(
     strategy: str = "  direct { }\n",
     idle_us: int | None = None,
     state: str = ZERO_STATE,
+    parameters: str = "",
 ) -> pathlib.Path:
     """OUTPUT_STATE = INPUT_STATE + INPUT; OUTPUT = OUTPUT_STATE: the running sum of the sequence's inputs."""
     nodes = [
@@ -142,6 +148,7 @@ def accumulator(
         config_io=ACCUM_IO,
         sequence_batching=idle + strategy + state,
         instances=instances,
+        parameters=parameters,
     )
 
 
@@ -252,4 +259,5 @@ def build_all(repo: pathlib.Path) -> None:
     control_echo(repo, "seq_ctl32", corrid_type="TYPE_INT32", instances=1, idle_us=10_000_000)
     accumulator(repo, "seq_idle", max_batch_size=0, instances=1, idle_us=1_000_000)
     oldest_accumulator(repo)
-    accumulator(repo, "seq_kill", max_batch_size=2, instances=2, idle_us=30_000_000)
+    accumulator(repo, "seq_kill", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=NO_BACKUP)
+    accumulator(repo, "seq_survive", max_batch_size=2, instances=2, idle_us=30_000_000)

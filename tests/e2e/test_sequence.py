@@ -2,14 +2,15 @@
 
 The models are built by ``tests/e2e/sequence_models.py`` (see the table there):
 
-* ``seq_accum`` / ``seq_accum_file`` / ``seq_idle`` / ``seq_kill``: accumulators with implicit state,
+* ``seq_accum`` / ``seq_accum_file`` / ``seq_idle`` / ``seq_kill`` / ``seq_survive``: accumulators with
+  implicit state (``seq_kill`` without state backup, ``seq_survive`` with it),
   ``OUTPUT = OUTPUT_STATE = INPUT_STATE + INPUT``, so every response must be the running sum of its
   sequence's inputs (plus 100 for ``seq_accum_file``, whose initial state comes from a data file).
 * ``seq_ctl`` / ``seq_ctl32``: echo INPUT and the START/END/READY/CORRID control tensors.
 * ``seq_oldest``: the accumulator under the oldest strategy, with a CORRID echo.
 
 Slots (direct strategy: max_batch_size slots per instance): seq_accum 8, seq_accum_file 4, seq_ctl 4,
-seq_ctl32 2, seq_idle 1, seq_kill 4; seq_oldest has 8 candidate places. A sequence holds its slot
+seq_ctl32 2, seq_idle 1, seq_kill 4, seq_survive 4; seq_oldest has 8 candidate places. A sequence holds its slot
 until END (or its idle timeout), so unary tests never interleave more sequences than there are slots
 (they would wait for a slot that only their own later requests could free), and every test ENDs its
 sequences. Streaming tests send every request up front and may exceed the slots: the server must
@@ -18,7 +19,7 @@ process the requests of one stream concurrently.
 
 Sequence ids come from one counter, so no two tests share a sequence. Every client call has a
 timeout, so a server that never answers fails a test instead of hanging it. Test order matters only
-for the replica-kill test, which is last in this file (and this file sorts last in tests/e2e).
+for the replica-kill tests, which are last in this file (and this file sorts last in tests/e2e).
 """
 
 from __future__ import annotations
@@ -561,6 +562,124 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: Callable[[
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what()}")
         time.sleep(0.2)
+
+
+def test_replica_kill_sequences_continue_from_their_backed_up_state(server: Server) -> None:
+    """seq_survive (2 instances x 2 slots) backs its implicit state up (on by default): SIGKILL a replica and
+    every sequence goes on from its last answered step, with no failed request.
+
+    1. Two sequences (one per instance: the router fills the instance with the most free slots); kill one
+       replica; both go on at once (the lost one is restored in the other instance's free slot).
+    2. Four sequences fill all four slots and send steps in a loop from four threads while a replica is
+       killed: the in-flight steps of its two sequences are sent again (or answered from the backup) once
+       Serve's replacement replica has taken them over; every running sum stays right."""
+    model, deployment = "seq_survive", "seq_survive.v1.g0"
+    long_s = 90.0  # a restore may wait for the replacement replica (about 10 s)
+    grpc_c = grpcclient.InferenceServerClient(server.grpc_url)
+    http_c = httpclient.InferenceServerClient(server.http_url, connection_timeout=long_s, network_timeout=long_s)
+
+    def step(c: Client, value: int, sid: int, *, start: bool = False, end: bool = False) -> int:
+        module = httpclient if protocol(c) == "http" else grpcclient
+        kwargs: dict[str, Any] = {} if module is httpclient else {"client_timeout": long_s}
+        r = c.infer(
+            model, value_inputs(module, value), sequence_id=sid, sequence_start=start, sequence_end=end, **kwargs
+        )
+        return scalar(r)
+
+    def two_replicas() -> bool:
+        return len(replica_pids(server, deployment)) == 2 and grpc_c.is_model_ready(model, client_timeout=5)
+
+    try:
+        wait_until(two_replicas, 60, lambda: ps_listing("seq_survive"))
+        pids = replica_pids(server, deployment)
+
+        # 1. spare slots: the lost sequence moves to the surviving instance at once
+        ids, sums = [new_id(), new_id()], [0, 0]
+        for k, sid in enumerate(ids):
+            for v in (k + 1, 10):
+                sums[k] += v
+                assert step(grpc_c, v, sid, start=v != 10) == sums[k]
+        os.kill(pids[0], signal.SIGKILL)
+        wait_until(lambda: pids[0] not in replica_pids(server, deployment), 30, lambda: "the replica to die")
+        pauses = []
+        for k, sid in enumerate(ids):
+            t0 = time.monotonic()
+            sums[k] += 5
+            assert step(http_c if k else grpc_c, 5, sid) == sums[k], f"sequence {sid} after the kill"
+            pauses.append(time.monotonic() - t0)
+        for k, sid in enumerate(ids):
+            sums[k] += 1
+            assert step(grpc_c, 1, sid, end=True) == sums[k]
+        print(
+            f"\n[seq_survive] spare slots: 2/2 sequences continued, 0 lost; first step after the kill "
+            f"{max(pauses) * 1000:.0f} ms"
+        )
+
+        # 2. all slots full, steps in flight: the lost sequences wait for the replacement replica
+        wait_until(two_replicas, 90, lambda: f"{deployment} back to 2 replicas:\n{ps_listing('seq_survive')}")
+        time.sleep(6)  # the router finds a new replica within 5 s
+        pids = replica_pids(server, deployment)
+        killed = threading.Event()
+        after_kill = 15
+        results: dict[int, tuple[int, int, int, float]] = {}  # k -> (steps, expected sum, failures, max step s)
+        progress = [0] * 4
+        since_kill = [0] * 4  # steps answered after the kill, per sequence
+
+        def run(k: int) -> None:
+            if k % 2 == 0:
+                c: Client = grpcclient.InferenceServerClient(server.grpc_url)
+            else:
+                c = httpclient.InferenceServerClient(server.http_url, network_timeout=long_s)
+            try:
+                run_sequence(k, c)
+            finally:
+                c.close()
+
+        def run_sequence(k: int, c: Client) -> None:
+            rng = np.random.default_rng(k)
+            sid, total, n, failures, worst = new_id(), 0, 0, 0, 0.0
+            while True:
+                # every sequence goes on until all have run after_kill steps after the kill, so the slots stay
+                # full and the lost ones must wait for Serve's replacement replica
+                last = killed.is_set() and min(since_kill) >= after_kill
+                v = int(rng.integers(1, 100))
+                t0 = time.monotonic()
+                try:
+                    got = step(c, v, sid, start=n == 0, end=last)
+                except InferenceServerException as exc:
+                    failures += 1
+                    results[k] = (n, total, failures, worst)
+                    raise AssertionError(f"sequence {sid} step {n} failed: {exc.message()}") from None
+                worst = max(worst, time.monotonic() - t0)
+                total += v
+                n += 1
+                progress[k] = n
+                assert got == total, f"sequence {sid} step {n}: got {got}, expected {total}"
+                if killed.is_set():
+                    since_kill[k] += 1
+                    time.sleep(0.02)
+                if last:
+                    break
+            results[k] = (n, total, failures, worst)
+
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(run, k) for k in range(4)]
+            wait_until(lambda: min(progress) >= 5, 60, lambda: f"steps so far {progress}")
+            os.kill(pids[0], signal.SIGKILL)
+            killed.set()
+            errors = [f.exception(timeout=180) for f in futures]
+        assert errors == [None] * 4, errors
+        assert len(results) == 4 and all(r[2] == 0 for r in results.values()), results
+        worst = max(r[3] for r in results.values())
+        steps = sum(r[0] for r in results.values())
+        print(
+            f"[seq_survive] full slots, steps in flight: 4/4 sequences continued, 0 lost, 0 failed steps of "
+            f"{steps}; longest step {worst:.1f} s (waiting for the replacement replica)"
+        )
+        wait_until(two_replicas, 90, lambda: f"{deployment} back to 2 replicas:\n{ps_listing('seq_survive')}")
+    finally:
+        grpc_c.close()
+        http_c.close()
 
 
 def test_replica_kill_loses_only_its_own_sequences(

@@ -1,0 +1,70 @@
+"""The router's copy of each live sequence's implicit state, and the answers of its last few steps.
+
+Instances send a :class:`~serve_app.inference.sequence.StateBackup` after each
+executed step (see ``config/state_backup.py``).  Only the latest state
+is kept; the answers of the last :data:`RECENT` steps are kept with it, so a
+step that executed but whose answer died with its instance is answered from
+here instead of running twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from serve_app.inference.sequence import CorrId, StateBackup
+
+RECENT = 4  # answers kept per sequence: steps that may be in flight at once when an instance dies
+
+
+@dataclass(slots=True)
+class BackupRecord:
+    generation: int
+    states: dict[str, np.ndarray]
+    recent: deque[tuple[int, dict[str, np.ndarray]]] = field(default_factory=lambda: deque(maxlen=RECENT))
+
+
+class SequenceBackups:
+    def __init__(self) -> None:
+        self._records: dict[CorrId, BackupRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, corr_id: object) -> bool:
+        return corr_id in self._records
+
+    def store(self, backup: StateBackup) -> None:
+        """Keep ``backup`` as the sequence's state (the caller checked that it comes from its owner)."""
+        record = self._records.get(backup.corr_id)
+        if record is None or record.generation != backup.generation:
+            record = BackupRecord(backup.generation, backup.states)
+            self._records[backup.corr_id] = record
+        else:
+            record.states = backup.states
+        if backup.step_id and backup.outputs is not None:
+            record.recent.append((backup.step_id, backup.outputs))
+
+    def get(self, corr_id: CorrId) -> BackupRecord | None:
+        return self._records.get(corr_id)
+
+    def moved(self, corr_id: CorrId, generation: int) -> None:
+        """The sequence was restored under a new generation: later backups come with it."""
+        record = self._records.get(corr_id)
+        if record is not None:
+            record.generation = generation
+
+    def drop(self, corr_id: CorrId) -> None:
+        self._records.pop(corr_id, None)
+
+    def answer(self, corr_id: CorrId, step_id: int) -> dict[str, np.ndarray] | None:
+        """The outputs of step ``step_id`` if it is in the backed-up state (else None: it must run)."""
+        record = self._records.get(corr_id)
+        if record is None or not step_id:
+            return None
+        for sid, outputs in record.recent:
+            if sid == step_id:
+                return outputs
+        return None
