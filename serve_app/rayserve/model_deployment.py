@@ -22,10 +22,10 @@ from pathlib import Path
 
 from serve_app.autoscale import LoadMeter
 from serve_app.backends import BackendContext
+from serve_app.config.state_backup import state_backup_enabled
 from serve_app.errors import Draining, Unavailable, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.sequence import PollEvents, RestoreSequence, SequenceStep, StepResult
-from serve_app.config.state_backup import state_backup_enabled
 from serve_app.placement import InstanceSpec
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance

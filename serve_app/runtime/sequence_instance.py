@@ -44,6 +44,7 @@ from serve_app.inference.sequence import (
 from serve_app.inference.sequence_controls import RowControl, SequenceControls
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime.sequence_state import ImplicitState
+from serve_app.scheduling.sequence_backups import RECENT
 from serve_app.scheduling.sequence_batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
 
 Run = Callable[[Execution], Awaitable[ExecutionResult]]
@@ -92,6 +93,7 @@ class SequenceInstance:
         self.backup = backup and bool(self.state) and on_release is None
         self._backups: list[StateBackup] = []  # for the next poll
         self._backup_seq = 0  # numbers the executions whose states were backed up
+        self._acked_seq = 0  # the router holds (or was given up on for) every backup up to this one
         self._held: list[tuple[int, asyncio.Future[StepResult], StepResult]] = []  # answers awaiting the ack
         self._backup_timer: asyncio.TimerHandle | None = None
         self.unprotected = 0  # steps answered without the router's acknowledgement
@@ -129,7 +131,9 @@ class SequenceInstance:
         now = self._clock()
         self._report(self.batcher.expire_idle(now))
         wait = 0
-        if not self._busy:
+        # At most RECENT executions await their acknowledgement: the router keeps the answers of a sequence's
+        # last RECENT steps, so a step that ran before a crash is always answered from there, never run twice.
+        if not self._busy and self._backup_seq - self._acked_seq < RECENT:
             decision = self.batcher.next_batch(now)
             if decision.rows:
                 self._busy = True
@@ -280,6 +284,11 @@ class SequenceInstance:
             self._backup_timer = asyncio.get_running_loop().call_later(BACKUP_WAIT_S, self._backup_overdue)
 
     def _acked(self, upto: int) -> None:
+        if upto > self._acked_seq:
+            paused = self._backup_seq - self._acked_seq >= RECENT
+            self._acked_seq = min(upto, self._backup_seq)
+            if paused:
+                self._pump()
         if not self._held or self._held[0][0] > upto:
             return
         keep = []
@@ -310,6 +319,8 @@ class SequenceInstance:
 
     def restore(self, message: RestoreSequence) -> bool:
         """Hold a sequence the router moved here from a lost instance, with its last backed-up state."""
+        if any(s.input_name not in message.states for s in self.state.specs):
+            return False
         if not self.batcher.adopt(message.slot, message.corr_id, message.generation, self._clock()):
             return False
         self.state.put(message.slot, message.states)

@@ -73,8 +73,18 @@ class SequenceRouter:
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     async def assign(self, key: str, corr_id: CorrId) -> Assignment:
-        placed = self.assigner(key).start(corr_id)
-        return placed if placed is not None else await self._wait(key, corr_id)
+        for _ in range(3):
+            placed = self.assigner(key).start(corr_id)
+            if placed is not None:
+                return placed
+            try:
+                return await self._wait(key, corr_id)
+            except Unavailable:
+                if key not in self._models:
+                    raise  # unloaded
+                # It waited for its sequence's restore, which failed: a START needs no old state, so start anew.
+                continue
+        return await self._wait(key, corr_id)
 
     async def lookup(self, key: str, corr_id: CorrId) -> Assignment:
         placed = self.assigner(key).lookup(corr_id)
@@ -99,6 +109,8 @@ class SequenceRouter:
             finally:
                 if future in waiters:
                     waiters.remove(future)
+                if not waiters:
+                    self._down_waiters.pop((key, failed_instance), None)
         assignment = await self.lookup(key, corr_id)
         return Recovery(assignment, table.backups.answer(corr_id, step_id))
 

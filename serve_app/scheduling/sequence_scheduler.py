@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
+from serve_app.config.state_backup import state_backup_enabled
 from serve_app.errors import InvalidArgument, ServeError, Unavailable
 from serve_app.inference.sequence import (
     Assignment,
@@ -39,7 +40,6 @@ from serve_app.inference.sequence import (
     describe,
     sequence_flags,
 )
-from serve_app.config.state_backup import state_backup_enabled
 from serve_app.inference.sequence_controls import SequenceControls
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor

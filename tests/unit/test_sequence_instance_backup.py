@@ -25,6 +25,7 @@ from serve_app.inference.sequence import (
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import sequence_instance
 from serve_app.runtime.sequence_instance import SequenceInstance
+from serve_app.scheduling.sequence_backups import RECENT
 
 CONTROLS = """
   control_input [
@@ -466,3 +467,23 @@ async def test_restore_works_without_backup_too() -> None:
     inst, _, _ = make(backup=False)
     assert inst.restore(RestoreSequence(2, 9, 55, {"INPUT_STATE": np.array([4], dtype=np.int32)}))
     assert out(await asyncio.wait_for(inst.step(step(9, 2, 1, gen=55)), 1)) == [5]
+
+
+async def test_at_most_recent_executions_await_their_ack() -> None:
+    """Pipelined steps of one sequence: after RECENT unacknowledged executions the instance waits for the router,
+    so every step that ran but may not have been answered is among the answers the router keeps."""
+    inst, model, _ = make()
+    tasks = [asyncio.create_task(inst.step(step(7, 0, 1, start=i == 0, step_id=i + 1))) for i in range(RECENT + 2)]
+    for _ in range(RECENT + 4):  # let every execution that may run, run (its backups taken, none acknowledged)
+        await settle()
+        await poll(inst)
+    assert len(model.executions) == RECENT
+    assert not any(t.done() for t in tasks)
+    await poll(inst, acked=2)  # two acknowledged: two more may run
+    for _ in range(4):
+        await settle()
+        await poll(inst)
+    assert len(model.executions) == RECENT + 2
+    await poll(inst, acked=RECENT + 2)
+    results = [out(await asyncio.wait_for(t, 1)) for t in tasks]
+    assert results == [[i + 1] for i in range(RECENT + 2)]
