@@ -13,8 +13,9 @@ With state backup (``config/state_backup.py``) the state of each
 sequence after each step also goes to the router on that poll, and the step's
 answer waits until the router's next poll acknowledges it (one round trip;
 the instance executes the next batch meanwhile).  A router that does not
-acknowledge within :data:`BACKUP_WAIT_S` is given up on for those steps: they
-are answered unprotected.  :meth:`restore` takes over a sequence the router
+acknowledge within :data:`BACKUP_WAIT_S` is given up on: those steps, and
+the steps until the router polls again, are answered unprotected (nothing is
+held), and its next poll gets every sequence's full state again.  :meth:`restore` takes over a sequence the router
 moved here from a lost instance.
 """
 
@@ -97,6 +98,8 @@ class SequenceInstance:
         self._held: list[tuple[int, asyncio.Future[StepResult], StepResult]] = []  # answers awaiting the ack
         self._backup_timer: asyncio.TimerHandle | None = None
         self.unprotected = 0  # steps answered without the router's acknowledgement
+        self._router_present = True  # False from an overdue acknowledgement until the router's next poll
+        self._last: dict[int, tuple[int, dict[str, np.ndarray] | None]] = {}  # slot -> its last step's id, answer
 
     # -- steps -------------------------------------------------------------------------
     async def step(self, step: SequenceStep) -> StepResult:
@@ -261,10 +264,14 @@ class SequenceInstance:
                     self.state.store(row.slot, outs, index if self._batched else None)
                     if self.backup and not job.step.end:
                         step = job.step
-                        held = self.state.held(row.slot) or {}
-                        backups.append(
-                            StateBackup(step.corr_id, row.slot, step.generation, held, step.step_id, res.outputs)
-                        )
+                        self._last[row.slot] = (step.step_id, res.outputs)
+                        if self._router_present:
+                            held = self.state.held(row.slot) or {}
+                            backups.append(
+                                StateBackup(step.corr_id, row.slot, step.generation, held, step.step_id, res.outputs)
+                            )
+                        else:
+                            self.unprotected += 1
             answers.append((job.future, res))
         if backups:
             self._backup_seq += 1
@@ -306,6 +313,7 @@ class SequenceInstance:
 
     def _backup_overdue(self) -> None:
         self._backup_timer = None
+        self._router_present = False
         if self._held:
             logger.warning(
                 "model %s: the sequence router did not acknowledge state backups for %.0f s; answering %d step(s) "
@@ -324,6 +332,7 @@ class SequenceInstance:
         if not self.batcher.adopt(message.slot, message.corr_id, message.generation, self._clock()):
             return False
         self.state.put(message.slot, message.states)
+        self._last.pop(message.slot, None)
         self._pump()  # arms the sequence's idle timeout
         return True
 
@@ -333,6 +342,7 @@ class SequenceInstance:
             return
         for e in released:
             self.state.drop(e.slot)
+            self._last.pop(e.slot, None)
         if self._on_release is not None:
             self._on_release(released)
             return
@@ -343,6 +353,8 @@ class SequenceInstance:
         """Slots freed since the last poll (waits up to ``wait_s`` for one) and every occupied slot (with
         ``snapshot``, at once: a restarted router rebuilds its table from it)."""
         self._acked(request.acked)
+        resync = request.snapshot or not self._router_present  # a new router, or one that was given up on
+        self._router_present = True
         if request.snapshot:
             self._released.clear()
         elif not self._released and not self._backups:
@@ -353,11 +365,12 @@ class SequenceInstance:
         released, self._released = tuple(self._released), []
         backups, self._backups = self._backups, []
         occupied = tuple(self.batcher.occupied())
-        if request.snapshot and self.backup:  # a new router: every held state, after the steps' own backups
+        if resync and self.backup:  # every held state, after the steps' own backups
             for e in occupied:
                 held = self.state.held(e.slot)
                 if held is not None:
-                    backups.append(StateBackup(e.corr_id, e.slot, e.generation, held))
+                    step_id, outputs = self._last.get(e.slot, (0, None))
+                    backups.append(StateBackup(e.corr_id, e.slot, e.generation, held, step_id, outputs))
         self._events.clear()
         return InstanceEvents(self.id, released, occupied, self.draining, tuple(backups), self._backup_seq)
 

@@ -44,7 +44,8 @@ class SequenceBackups:
             self._records[backup.corr_id] = record
         else:
             record.states = backup.states
-        if backup.step_id and backup.outputs is not None:
+        repeated = bool(record.recent) and record.recent[-1][0] == backup.step_id  # a full-state resync
+        if backup.step_id and backup.outputs is not None and not repeated:
             record.recent.append((backup.step_id, backup.outputs))
 
     def get(self, corr_id: CorrId) -> BackupRecord | None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import example_models
 import fault_injection as fi
 import pytest
+import soak_lib
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -152,10 +153,19 @@ def test_overload_sheds_with_503_and_recovers(fault_server: Server) -> None:
                     else:
                         other.append(str(exc))
 
+    def rss() -> dict[str, tuple[int, int]]:
+        return soak_lib.rss_by_group(soak_lib.session_processes(fault_server.proc.pid))
+
+    before = rss()
+    peak = before
     threads = [threading.Thread(target=client, daemon=True) for _ in range(64)]
     for t in threads:
         t.start()
-    time.sleep(8.0)
+    for _ in range(8):
+        time.sleep(1.0)
+        now = rss()
+        if sum(k for _, k in now.values()) > sum(k for _, k in peak.values()):
+            peak = now
     stop.set()
     for t in threads:
         t.join(timeout=60)
@@ -167,6 +177,12 @@ def test_overload_sheds_with_503_and_recovers(fault_server: Server) -> None:
         f"\noverload, 64 clients, queue {QUEUE}: {len(ok_latency)} served (p50 {ok_latency[len(ok_latency) // 2]:.3f}s,"
         f" p99 {p99:.3f}s), {len(shed)} shed with 503 (slowest {max(shed):.3f}s)"
     )
+    # Memory stays bounded: the queue is capped, so the server's processes grow by little under the flood.
+    grown = {g: (peak.get(g, (0, 0))[1] - k) // 1024 for g, (_, k) in before.items()}
+    total = (sum(k for _, k in peak.values()) - sum(k for _, k in before.values())) // 1024
+    print(f"overload memory: before {soak_lib.fmt_rss(before)}; peak {soak_lib.fmt_rss(peak)}; grew {total} MiB "
+          f"({', '.join(f'{soak_lib.short(g)} {m:+d}' for g, m in grown.items() if m)})")  # fmt: skip
+    assert total < 1024, f"the server grew {total} MiB under overload"
     # Recovered: nothing left queued, and a request is served at once.
     client = httpclient.InferenceServerClient(fault_server.http_url)
     t0 = time.monotonic()

@@ -344,10 +344,11 @@ async def test_snapshot_includes_every_held_state() -> None:
     await protected(inst, step(7, 0, 1, gen=3, step_id=3))
     snap = await asyncio.wait_for(inst.poll(PollEvents(snapshot=True, wait_s=60)), 1)
     assert snap.occupied == (SlotEvent(0, 7, 3), SlotEvent(1, 8, 4))
-    assert [(b.corr_id, b.slot, b.generation, b.step_id, b.outputs, states(b)) for b in snap.backups] == [
-        (7, 0, 3, 0, None, [6]),
-        (8, 1, 4, 0, None, [2]),
-    ]
+    # each with its sequence's last step and answer, so that step is never run twice after a crash
+    assert [
+        (b.corr_id, b.slot, b.generation, b.step_id, b.outputs and b.outputs["OUTPUT"].ravel().tolist(), states(b))
+        for b in snap.backups
+    ] == [(7, 0, 3, 3, [6], [6]), (8, 1, 4, 2, [2], [2])]
     assert snap.backup_seq == 3
 
 
@@ -360,7 +361,7 @@ async def test_snapshot_sends_pending_step_backups_first() -> None:
         if inst._backups:
             break
     snap = await asyncio.wait_for(inst.poll(PollEvents(snapshot=True)), 1)  # a new router, before the step's poll
-    assert [(b.corr_id, b.step_id) for b in snap.backups] == [(7, 1), (7, 0), (8, 0)]
+    assert [(b.corr_id, b.step_id) for b in snap.backups] == [(7, 1), (7, 1), (8, 2)]
     await poll(inst, acked=snap.backup_seq)
     assert out(await asyncio.wait_for(task, 1)) == [5]
 
@@ -487,3 +488,25 @@ async def test_at_most_recent_executions_await_their_ack() -> None:
     await poll(inst, acked=RECENT + 2)
     results = [out(await asyncio.wait_for(t, 1)) for t in tasks]
     assert results == [[i + 1] for i in range(RECENT + 2)]
+
+
+async def test_after_an_overdue_ack_steps_are_answered_at_once_until_the_router_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A router given up on is not waited for again: steps go out unprotected (and unthrottled) until it polls,
+    and that poll gets every sequence's full state, so its backups are current again."""
+    monkeypatch.setattr(sequence_instance, "BACKUP_WAIT_S", 0.01)
+    inst, _, _ = make()
+    first = await asyncio.wait_for(inst.step(step(7, 0, 1, start=True, step_id=1)), 1)  # given up on after 10 ms
+    assert out(first) == [1] and inst.unprotected == 1
+    for i in range(2, RECENT + 4):  # answered at once, not throttled
+        assert out(await asyncio.wait_for(inst.step(step(7, 0, 1, step_id=i)), 1)) == [i]
+    assert inst.unprotected == RECENT + 3
+    back = await poll(inst)
+    assert [(b.step_id, states(b)) for b in back.backups] == [(1, [1]), (RECENT + 3, [RECENT + 3])]
+    task = asyncio.create_task(inst.step(step(7, 0, 1, step_id=99)))  # the router is back: held again
+    events = await executed(inst)
+    await settle()
+    assert not task.done()
+    await poll(inst, acked=events.backup_seq)
+    assert out(await asyncio.wait_for(task, 1)) == [RECENT + 4]
