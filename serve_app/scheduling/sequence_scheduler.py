@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from serve_app.config.state_backup import state_backup_enabled
-from serve_app.errors import InvalidArgument, ServeError, Unavailable
+from serve_app.errors import InvalidArgument, NotFound, ServeError, Unavailable
 from serve_app.inference.sequence import (
     Assignment,
     CorrId,
@@ -183,6 +183,8 @@ class SequenceScheduler:
             async with lock:  # steps in flight together are sent again in the order they failed
                 try:
                     recovery: Recovery | None = await self._port.recover(corr, failed.instance, step.step_id)
+                except NotFound as exc:  # the model was unloaded meanwhile
+                    raise self._lost(corr, Unavailable(exc.message)) from None
                 except ServeError:
                     if not flags.start:
                         raise  # the router's "was lost" (no backup, no slot) or START-flag error

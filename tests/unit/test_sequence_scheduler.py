@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from serve_app.errors import InternalError, InvalidArgument, ServeError, Unavailable
-from serve_app.inference.sequence import Assignment, CorrId, SequenceStep, StepResult
+from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, Unavailable
+from serve_app.inference.sequence import Assignment, CorrId, Recovery, SequenceStep, StepResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
@@ -437,3 +437,128 @@ async def test_statistics() -> None:
     assert st.failures["OTHER"] == 1 and st.failure_count == 1
     assert st.pending == 0
     assert st.last_inference_ms > 0
+
+
+# --------------------------------------------------------------------------- recovery with state backup
+
+
+def backed_up_config() -> mc.ModelConfig:
+    cfg = config()
+    state = cfg.sequence_batching.state.add()
+    state.input_name, state.output_name, state.data_type = "S_IN", "S_OUT", mc.TYPE_INT32
+    state.dims.append(1)
+    return cfg
+
+
+class RecoveringPort(FakePort):
+    """The router after instance "A" died: ``moved`` is where each sequence was restored; ``answers`` are the
+    outputs it kept per step id; ``recover_error`` is what a recover raises instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moved: dict[CorrId, Assignment] = {}
+        self.answers: dict[int, dict[str, np.ndarray]] = {}
+        self.recover_error: ServeError | None = None
+        self.step_ids: list[int] = []
+
+    async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
+        self.calls.append(("recover", corr_id, failed_instance))
+        self.step_ids.append(step_id)
+        if self.recover_error is not None:
+            raise self.recover_error
+        self.table[corr_id] = self.moved[corr_id]
+        return Recovery(self.moved[corr_id], self.answers.get(step_id))
+
+
+def die_on(instance: str) -> Handler:
+    def handler(assignment: Assignment, step: SequenceStep) -> StepResult | Exception:
+        if assignment.instance == instance:
+            return Unavailable("the peer at a:1 is unavailable: connection lost")
+        return compute(assignment, step)
+
+    return handler
+
+
+async def test_recovery_sends_the_failed_step_again_where_the_sequence_was_restored() -> None:
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.handler = die_on("A")
+    port.moved[7] = place(1, 555, instance="B")
+    assert await submit(s, request(7, 2)) == {"DOUBLE": [4], "NEG": [-2]}
+    assert port.calls[2:] == [
+        ("dispatch", 7, 0, 0, 100, False, False),
+        ("recover", 7, "A"),
+        ("dispatch", 7, 1, 1, 555, False, False),
+    ]
+    assert await submit(s, request(7, 3, end=True)) == {"DOUBLE": [6], "NEG": [-3]}  # the new place is cached
+    assert port.calls[-1] == ("dispatch", 7, 1, 1, 555, False, True)
+
+
+async def test_recovery_answers_from_the_backup_when_the_step_had_run() -> None:
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.handler = die_on("A")
+    port.moved[7] = place(1, 555, instance="B")
+    original = port.dispatch
+
+    async def remember_id(assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        port.answers[step.step_id] = {"DOUBLE": np.array([[40]], np.int32), "NEG": np.array([[-20]], np.int32)}
+        return await original(assignment, step)
+
+    port.dispatch = remember_id  # type: ignore[method-assign]
+    assert await submit(s, request(7, 20)) == {"DOUBLE": [40], "NEG": [-20]}
+    assert port.kinds()[-2:] == ["dispatch", "recover"]  # not run again
+    assert port.step_ids[0] != 0
+
+
+async def test_recovery_of_a_lost_sequence_is_the_routers_error() -> None:
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.handler = die_on("A")
+    port.recover_error = Unavailable("sequence 7 of model 'seq' was lost: no backup; send its next request with START")
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7, 2))
+    assert "was lost: no backup" in exc.value.message
+
+
+async def test_recovery_after_an_unload_is_the_lost_error() -> None:
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.handler = die_on("A")
+    port.recover_error = NotFound("no sequence model 'seq:1' is served")
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7, 2))
+    assert "sequence 7 of model 'seq' was lost: no sequence model" in exc.value.message
+
+
+async def test_a_failed_start_with_nothing_to_restore_starts_anew() -> None:
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    port.table[7] = place(0, 100, instance="A")
+    port.handler = die_on("A")
+    port.recover_error = InvalidArgument(START_FLAG.format(7))
+
+    async def assign(corr_id: CorrId) -> Assignment:
+        port.calls.append(("assign", corr_id))
+        port.table[corr_id] = place(1, 777, instance="B") if port.kinds().count("assign") > 1 else port.table[corr_id]
+        return port.table[corr_id]
+
+    port.assign = assign  # type: ignore[method-assign]
+    assert await submit(s, request(7, 3, start=True)) == {"DOUBLE": [6], "NEG": [-3]}
+    assert port.kinds() == ["assign", "dispatch", "recover", "assign", "dispatch"]
+    assert port.calls[-1] == ("dispatch", 7, 1, 1, 777, True, False)
+
+
+async def test_without_backup_no_recovery_is_tried() -> None:
+    port = RecoveringPort()
+    s = scheduler(port)
+    await submit(s, request(7, 1, start=True))
+    port.handler = die_on("A")
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7, 2))
+    assert "was lost" in exc.value.message
+    assert "recover" not in port.kinds()
