@@ -102,6 +102,7 @@ class StepResult:
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     execution_batch: int = 0  # >0 on one step of each execution: the execution's size, for batch statistics
+    backup: StateBackup | None = None  # the sequence's state after this step, for the gateway to pass on
 
 
 # Messages to the sequence router (gateway -> router) and to instances (router -> instance).
@@ -123,12 +124,11 @@ class LookupRequest:
 
 @dataclass(frozen=True, slots=True)
 class PollEvents:
-    """Router to instance: report slots released since the last poll (``snapshot``: every occupied slot).
-    ``acked``: the router holds the state backups up to this number (their steps may be answered)."""
+    """Router to instance: report slots released since the last poll (``snapshot``: every occupied slot,
+    with its state when backed up)."""
 
     snapshot: bool = False
     wait_s: float = 1.0
-    acked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,21 +144,31 @@ class InstanceEvents:
     released: tuple[SlotEvent, ...] = ()
     occupied: tuple[SlotEvent, ...] = ()  # with a snapshot
     draining: bool = False  # the instance is stopping: no new sequences
-    backups: tuple[StateBackup, ...] = ()  # the state after each step executed since the last poll, in order
-    backup_seq: int = 0  # the number of the last of them (the router acknowledges it with its next poll)
+    backups: tuple[StateBackup, ...] = ()  # with a snapshot: the state of every occupied slot
 
 
 @dataclass(frozen=True, slots=True)
 class StateBackup:
-    """The implicit state of one sequence after one step, kept by the router (see ``sequence_backup.py``).
-    ``step_id`` and ``outputs``: that step and its answer (0 and None in a snapshot)."""
+    """The implicit state of one sequence after its ``no``-th step, for the router (see
+    ``config/state_backup.py``).  ``step_id`` and ``outputs``: that step and its answer, sent only in a
+    snapshot (a step that ran but whose answer may not have been delivered)."""
 
     corr_id: CorrId
     slot: int
     generation: int
     states: dict[str, np.ndarray]
+    instance: str = ""
+    no: int = 0
     step_id: int = 0
     outputs: dict[str, np.ndarray] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateBackups:
+    """Gateway to router: the states of sequences after steps the gateway has just answered."""
+
+    model: str
+    backups: tuple[StateBackup, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +179,7 @@ class RestoreSequence:
     corr_id: CorrId
     generation: int
     states: dict[str, np.ndarray]
+    no: int = 0  # the steps the sequence has run: the next backup is numbered after them
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ It finds their replicas with a Serve broadcast (every second
 until each model has its replicas, then every few seconds) and keeps one
 long poll open to each: freed slots come back on it, and a poll that breaks
 means the instance is gone, so its sequences are marked lost at once, or,
-when their state is backed up (the same poll carries the backups and its next
-call acknowledges them), restored in free slots of other instances.  If this
+when their state is backed up (gateways pass each answered step's state on
+here), restored in free slots of other instances.  If this
 actor dies, Serve starts a new one, which rebuilds the table (and the backups)
 from the instances' snapshots.
 """
@@ -174,9 +174,7 @@ class SequenceRouterDeployment:
             logger.info("model %s: sequence instance %s at %s:%d", key, instance, *address)
             self._send_restores(key)
             while True:
-                poll = PollEvents(wait_s=POLL_WAIT_S, acked=events.backup_seq)
-                events = await asyncio.wait_for(client.call(poll), POLL_TIMEOUT_S)
-                self.core.backed_up(key, events)  # before the releases: an END's release drops its backup
+                events = await asyncio.wait_for(client.call(PollEvents(wait_s=POLL_WAIT_S)), POLL_TIMEOUT_S)
                 self.core.released(key, events, time.monotonic_ns())
                 self.core.assigner(key).set_draining(instance, events.draining)
                 self._send_restores(key)
@@ -207,7 +205,7 @@ class SequenceRouterDeployment:
         client = self._clients.get(target.instance)
         ok, reason = False, f"instance {target.instance} is not reachable"
         if client is not None:
-            message = RestoreSequence(target.slot, restore.corr_id, target.generation, restore.states)
+            message = RestoreSequence(target.slot, restore.corr_id, target.generation, restore.states, restore.no)
             try:
                 ok = bool(await asyncio.wait_for(client.call(message), POLL_TIMEOUT_S))
                 reason = "its new instance refused it"

@@ -14,6 +14,7 @@ from serve_app.inference.sequence import (
     Recovery,
     SequenceStep,
     SlotEvent,
+    StateBackup,
     StepResult,
     model_key,
 )
@@ -40,6 +41,9 @@ class LocalSequencePort:
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
         return await self._router.recover(self._key, corr_id, failed_instance, step_id)
+
+    def backup(self, backup: StateBackup) -> None:
+        self._router.assigner(self._key).backed_up("", (backup,))
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         # A task starts in creation order and queues its step before its first await: steps keep their order.

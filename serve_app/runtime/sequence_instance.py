@@ -9,20 +9,17 @@ and answers each step.  Freed slots are reported to the router through
 :meth:`poll` (a long poll the router keeps open, which also tells it the
 instance is alive).
 
-With state backup (``config/state_backup.py``) the state of each
-sequence after each step also goes to the router on that poll, and the step's
-answer waits until the router's next poll acknowledges it (one round trip;
-the instance executes the next batch meanwhile).  A router that does not
-acknowledge within :data:`BACKUP_WAIT_S` is given up on: those steps, and
-the steps until the router polls again, are answered unprotected (nothing is
-held), and its next poll gets every sequence's full state again.  :meth:`restore` takes over a sequence the router
-moved here from a lost instance.
+With state backup (``config/state_backup.py``) each answer also carries its
+sequence's state after the step (numbered by the step's place in the
+sequence), for the gateway to pass on to the router; the router's snapshot
+after a restart gets every state, with the last step's id and answer.
+:meth:`restore` takes over a sequence the router moved here from a lost
+instance.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,14 +42,9 @@ from serve_app.inference.sequence import (
 from serve_app.inference.sequence_controls import RowControl, SequenceControls
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime.sequence_state import ImplicitState
-from serve_app.scheduling.sequence_backups import RECENT
 from serve_app.scheduling.sequence_batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
 
 Run = Callable[[Execution], Awaitable[ExecutionResult]]
-
-logger = logging.getLogger("serve_app")
-
-BACKUP_WAIT_S = 2.0  # answers held longer than this for the router's acknowledgement go out unprotected
 
 
 @dataclass(slots=True, eq=False)
@@ -75,7 +67,7 @@ class SequenceInstance:
         backup: bool = False,
     ) -> None:
         """``on_release``: told of freed slots directly (in process), instead of through :meth:`poll`.
-        ``backup``: send each step's state to the router before answering it (needs :meth:`poll`)."""
+        ``backup``: each answer carries its sequence's new state (and snapshots carry every state)."""
         self.id = instance_id
         self.model_name = config.name
         self.batcher: SequenceBatcher[_Job] = SequenceBatcher(SequenceBatchingConfig.from_model_config(config))
@@ -92,13 +84,7 @@ class SequenceInstance:
         self._tasks: set[asyncio.Task[None]] = set()
         self._on_release = on_release
         self.backup = backup and bool(self.state) and on_release is None
-        self._backups: list[StateBackup] = []  # for the next poll
-        self._backup_seq = 0  # numbers the executions whose states were backed up
-        self._acked_seq = 0  # the router holds (or was given up on for) every backup up to this one
-        self._held: list[tuple[int, asyncio.Future[StepResult], StepResult]] = []  # answers awaiting the ack
-        self._backup_timer: asyncio.TimerHandle | None = None
-        self.unprotected = 0  # steps answered without the router's acknowledgement
-        self._router_present = True  # False from an overdue acknowledgement until the router's next poll
+        self._steps: dict[int, int] = {}  # slot -> steps its sequence has run (numbers the backups)
         self._last: dict[int, tuple[int, dict[str, np.ndarray] | None]] = {}  # slot -> its last step's id, answer
 
     # -- steps -------------------------------------------------------------------------
@@ -134,9 +120,7 @@ class SequenceInstance:
         now = self._clock()
         self._report(self.batcher.expire_idle(now))
         wait = 0
-        # At most RECENT executions await their acknowledgement: the router keeps the answers of a sequence's
-        # last RECENT steps, so a step that ran before a crash is always answered from there, never run twice.
-        if not self._busy and self._backup_seq - self._acked_seq < RECENT:
+        if not self._busy:
             decision = self.batcher.next_batch(now)
             if decision.rows:
                 self._busy = True
@@ -237,8 +221,6 @@ class SequenceInstance:
 
     def _answer(self, rows: list[Row[_Job]], execution: Execution, result: ExecutionResult, dispatch_ns: int) -> None:
         first = True
-        backups: list[StateBackup] = []
-        answers: list[tuple[asyncio.Future[StepResult], StepResult]] = []
         for index, row in enumerate(rows):
             if row.pending is None:
                 continue
@@ -263,68 +245,17 @@ class SequenceInstance:
                 if self.state:
                     self.state.store(row.slot, outs, index if self._batched else None)
                     if self.backup and not job.step.end:
-                        step = job.step
-                        self._last[row.slot] = (step.step_id, res.outputs)
-                        if self._router_present:
-                            held = self.state.held(row.slot) or {}
-                            backups.append(
-                                StateBackup(step.corr_id, row.slot, step.generation, held, step.step_id, res.outputs)
-                            )
-                        else:
-                            self.unprotected += 1
-            answers.append((job.future, res))
-        if backups:
-            self._backup_seq += 1
-            self._backups.extend(backups)
-            self._events.set()
-        if backups or self._held:  # answers leave in order: behind those still awaiting their ack
-            for future, res in answers:
-                self._hold(self._backup_seq, future, res)
-        else:
-            for future, res in answers:
-                _resolve(future, res)
+                        res.backup = self._backup(job.step, row.slot, res.outputs)
+            _resolve(job.future, res)
+
+    def _backup(self, step: SequenceStep, slot: int, outputs: dict[str, np.ndarray]) -> StateBackup:
+        no = 1 if step.start else self._steps.get(slot, 0) + 1
+        self._steps[slot] = no
+        self._last[slot] = (step.step_id, outputs)
+        held = self.state.held(slot) or {}
+        return StateBackup(step.corr_id, slot, step.generation, held, self.id, no)
 
     # -- state backup ------------------------------------------------------------------------
-    def _hold(self, seq: int, future: asyncio.Future[StepResult], result: StepResult) -> None:
-        self._held.append((seq, future, result))
-        if self._backup_timer is None:
-            self._backup_timer = asyncio.get_running_loop().call_later(BACKUP_WAIT_S, self._backup_overdue)
-
-    def _acked(self, upto: int) -> None:
-        if upto > self._acked_seq:
-            paused = self._backup_seq - self._acked_seq >= RECENT
-            self._acked_seq = min(upto, self._backup_seq)
-            if paused:
-                self._pump()
-        if not self._held or self._held[0][0] > upto:
-            return
-        keep = []
-        for seq, future, result in self._held:
-            if seq <= upto:
-                _resolve(future, result)
-            else:
-                keep.append((seq, future, result))
-        self._held = keep
-        if self._backup_timer is not None:
-            self._backup_timer.cancel()
-            self._backup_timer = None
-        if keep:
-            self._backup_timer = asyncio.get_running_loop().call_later(BACKUP_WAIT_S, self._backup_overdue)
-
-    def _backup_overdue(self) -> None:
-        self._backup_timer = None
-        self._router_present = False
-        if self._held:
-            logger.warning(
-                "model %s: the sequence router did not acknowledge state backups for %.0f s; answering %d step(s) "
-                "unprotected",
-                self.model_name,
-                BACKUP_WAIT_S,
-                len(self._held),
-            )
-            self.unprotected += len(self._held)
-            self._acked(self._backup_seq)
-
     def restore(self, message: RestoreSequence) -> bool:
         """Hold a sequence the router moved here from a lost instance, with its last backed-up state."""
         if any(s.input_name not in message.states for s in self.state.specs):
@@ -333,6 +264,7 @@ class SequenceInstance:
             return False
         self.state.put(message.slot, message.states)
         self._last.pop(message.slot, None)
+        self._steps[message.slot] = message.no
         self._pump()  # arms the sequence's idle timeout
         return True
 
@@ -343,6 +275,7 @@ class SequenceInstance:
         for e in released:
             self.state.drop(e.slot)
             self._last.pop(e.slot, None)
+            self._steps.pop(e.slot, None)
         if self._on_release is not None:
             self._on_release(released)
             return
@@ -351,28 +284,26 @@ class SequenceInstance:
 
     async def poll(self, request: PollEvents) -> InstanceEvents:
         """Slots freed since the last poll (waits up to ``wait_s`` for one) and every occupied slot (with
-        ``snapshot``, at once: a restarted router rebuilds its table from it)."""
-        self._acked(request.acked)
-        resync = request.snapshot or not self._router_present  # a new router, or one that was given up on
-        self._router_present = True
+        ``snapshot``, at once: a restarted router rebuilds its table, and its backups, from it)."""
         if request.snapshot:
             self._released.clear()
-        elif not self._released and not self._backups:
+        elif not self._released:
             try:
                 await asyncio.wait_for(self._events.wait(), request.wait_s)
             except asyncio.TimeoutError:
                 pass
         released, self._released = tuple(self._released), []
-        backups, self._backups = self._backups, []
         occupied = tuple(self.batcher.occupied())
-        if resync and self.backup:  # every held state, after the steps' own backups
+        backups = []
+        if request.snapshot and self.backup:  # every held state, with its last step (maybe not yet answered)
             for e in occupied:
                 held = self.state.held(e.slot)
                 if held is not None:
                     step_id, outputs = self._last.get(e.slot, (0, None))
-                    backups.append(StateBackup(e.corr_id, e.slot, e.generation, held, step_id, outputs))
+                    no = self._steps.get(e.slot, 0)
+                    backups.append(StateBackup(e.corr_id, e.slot, e.generation, held, self.id, no, step_id, outputs))
         self._events.clear()
-        return InstanceEvents(self.id, released, occupied, self.draining, tuple(backups), self._backup_seq)
+        return InstanceEvents(self.id, released, occupied, self.draining, tuple(backups))
 
     def drain(self) -> None:
         """Stopping: tell the router at its next poll to give this instance no new sequence."""

@@ -55,6 +55,7 @@ class Restore:
     corr_id: CorrId
     assignment: Assignment
     states: dict[str, np.ndarray]
+    no: int = 0
 
 
 class SequenceAssigner:
@@ -209,12 +210,13 @@ class SequenceAssigner:
 
     # -- state backups and restores ---------------------------------------------------------
     def backed_up(self, instance: str, backups: tuple[StateBackup, ...]) -> None:
-        """Keep the states an instance sent, each if it still holds that sequence."""
+        """Keep the states sent (by ``instance``, or by gateways naming theirs), each if that instance still
+        holds the sequence in that slot and generation."""
         for b in backups:
             current = self.active.get(b.corr_id)
             if (
                 current is not None
-                and current.instance == instance
+                and current.instance == (b.instance or instance)
                 and current.slot == b.slot
                 and current.generation == b.generation
             ):
@@ -293,7 +295,7 @@ class SequenceAssigner:
             inst.owners[slot] = corr
             assignment = Assignment(inst.id, inst.address, slot, secrets.randbits(62))
             self._restoring[corr] = assignment
-            self._placed.append(Restore(corr, assignment, record.states))
+            self._placed.append(Restore(corr, assignment, record.states, record.no))
 
     def _admit(self) -> list[tuple[CorrId, Assignment]]:
         """Give free slots to sequences waiting for a restore, then to the backlog in order."""

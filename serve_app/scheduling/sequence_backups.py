@@ -1,10 +1,12 @@
-"""The router's copy of each live sequence's implicit state, and the answers of its last few steps.
+"""The router's copy of each live sequence's implicit state.
 
-Instances send a :class:`~serve_app.inference.sequence.StateBackup` after each
-executed step (see ``config/state_backup.py``).  Only the latest state
-is kept; the answers of the last :data:`RECENT` steps are kept with it, so a
-step that executed but whose answer died with its instance is answered from
-here instead of running twice.
+Gateways pass on a :class:`~serve_app.inference.sequence.StateBackup` for each
+step they answer (see ``config/state_backup.py``); only the latest state (the
+highest step number) is kept.  States that come from an instance's snapshot
+(after a router restart) may include a step whose answer had not been
+delivered: they carry that step's answer, kept here (the last :data:`RECENT`),
+so a gateway asking about that step is answered from here instead of running
+it twice.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import numpy as np
 
 from serve_app.inference.sequence import CorrId, StateBackup
 
-RECENT = 4  # answers kept per sequence: steps that may be in flight at once when an instance dies
+RECENT = 4  # answers kept per sequence
 
 
 @dataclass(slots=True)
 class BackupRecord:
     generation: int
     states: dict[str, np.ndarray]
+    no: int = 0
     recent: deque[tuple[int, dict[str, np.ndarray]]] = field(default_factory=lambda: deque(maxlen=RECENT))
 
 
@@ -40,10 +43,12 @@ class SequenceBackups:
         """Keep ``backup`` as the sequence's state (the caller checked that it comes from its owner)."""
         record = self._records.get(backup.corr_id)
         if record is None or record.generation != backup.generation:
-            record = BackupRecord(backup.generation, backup.states)
+            record = BackupRecord(backup.generation, backup.states, backup.no)
             self._records[backup.corr_id] = record
+        elif backup.no >= record.no:  # backups of one sequence may arrive out of order through several gateways
+            record.states, record.no = backup.states, backup.no
         else:
-            record.states = backup.states
+            return
         repeated = bool(record.recent) and record.recent[-1][0] == backup.step_id  # a full-state resync
         if backup.step_id and backup.outputs is not None and not repeated:
             record.recent.append((backup.step_id, backup.outputs))

@@ -27,6 +27,7 @@ from serve_app.inference.sequence import (
     RecoverRequest,
     Recovery,
     SlotEvent,
+    StateBackups,
     describe,
 )
 from serve_app.scheduling.sequence_assigner import Restore, SequenceAssigner
@@ -70,6 +71,11 @@ class SequenceRouter:
             return await self.lookup(message.model, message.corr_id)
         if isinstance(message, RecoverRequest):
             return await self.recover(message.model, message.corr_id, message.failed_instance, message.step_id)
+        if isinstance(message, StateBackups):
+            table = self._models.get(message.model)
+            if table is not None:
+                table.backed_up("", message.backups)
+            return None
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     async def assign(self, key: str, corr_id: CorrId) -> Assignment:
@@ -149,6 +155,7 @@ class SequenceRouter:
                 future.set_result(None)
 
     def backed_up(self, key: str, events: InstanceEvents) -> None:
+        """The states in an instance's snapshot."""
         if events.backups:
             self.assigner(key).backed_up(events.instance, events.backups)
 

@@ -14,9 +14,11 @@ each step there, in order:
   place, the step gets Triton's START-flag error;
 - steps of one sequence are handed to the transport in arrival order, so they
   reach their slot's queue in order even when several are in flight;
-- with state backup (``config/state_backup.py``), a step that fails with
-  its instance asks the router where the sequence was restored: the step is
-  answered from the backup if it had executed, and sent there again if not.
+- with state backup (``config/state_backup.py``), each answer carries its
+  sequence's new state, which the gateway passes on to the router before the
+  answer leaves; a step that fails with its instance asks the router where
+  the sequence was restored and is sent there again (or answered from the
+  router, if a snapshot showed it had run).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from serve_app.inference.sequence import (
     Recovery,
     SequenceFlags,
     SequenceStep,
+    StateBackup,
     StepResult,
     describe,
     sequence_flags,
@@ -57,6 +60,10 @@ class SequencePort(Protocol):
     async def lookup(self, corr_id: CorrId) -> Assignment: ...
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery: ...
+
+    def backup(self, backup: StateBackup) -> None:
+        """Pass the state after an answered step on to the router (no waiting)."""
+        ...
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         """Hand ``step`` to its instance; returns once it is sent, with a future for its result."""
@@ -114,6 +121,8 @@ class SequenceScheduler:
             raise
         finally:
             self.stats.pending -= 1
+        if result.backup is not None and result.error is None:
+            self._port.backup(result.backup)  # before the answer leaves: the router learns it first
         return self._complete(request, result, arrival_ns, sent_ns)
 
     # -- routing ----------------------------------------------------------------------

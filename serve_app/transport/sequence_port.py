@@ -24,6 +24,8 @@ from serve_app.inference.sequence import (
     RecoverRequest,
     Recovery,
     SequenceStep,
+    StateBackup,
+    StateBackups,
     StepResult,
 )
 from serve_app.transport.channel import ChannelBroken, ChannelClient
@@ -58,6 +60,11 @@ class ChannelPool:
             self._clients[address] = client
             return client
 
+    def peek(self, address: tuple[str, int]) -> ChannelClient | None:
+        """The open connection to ``address``, if there is one (no waiting)."""
+        client = self._clients.get(address)
+        return client if client is not None and not client.closed else None
+
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
@@ -71,6 +78,30 @@ class RouterLink:
         self._resolve = resolve
         self._pool = pool
         self._address: tuple[str, int] | None = None
+        self._posts: set[asyncio.Task[None]] = set()
+
+    def post(self, message: Any) -> None:
+        """Send ``message`` without waiting for its answer, in order with calls on the same connection.  If
+        the router is unreachable now it is dropped (what it carries must not be needed; see state backups)."""
+        client = self._pool.peek(self._address) if self._address is not None else None
+        if client is None:
+            task = asyncio.get_running_loop().create_task(self._post_later(message))
+            self._posts.add(task)
+            task.add_done_callback(self._posts.discard)
+            return
+        try:
+            client.send(message).add_done_callback(_ignore)
+        except ChannelBroken:
+            self._address = None
+
+    async def _post_later(self, message: Any) -> None:
+        try:
+            if self._address is None:
+                self._address = tuple(await self._resolve())  # type: ignore[assignment]
+            client = await self._pool.get(self._address)  # type: ignore[arg-type]
+            await client.send(message)
+        except Exception as exc:
+            logger.debug("posting to the sequence router failed: %s", exc)
 
     async def call(self, message: Any) -> Any:
         deadline = time.monotonic() + ROUTER_RETRY_S
@@ -90,6 +121,11 @@ class RouterLink:
             delay = min(delay * 2, 2.0)
 
 
+def _ignore(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved, so asyncio does not log it
+
+
 class ChannelSequencePort:
     """:class:`~serve_app.scheduling.sequence_scheduler.SequencePort` for one model version."""
 
@@ -97,6 +133,17 @@ class ChannelSequencePort:
         self._key = key
         self._router = router
         self._pool = pool
+        self._backups: list[StateBackup] = []
+
+    def backup(self, backup: StateBackup) -> None:
+        """Pass a step's state on to the router; the backups of one event-loop turn travel as one message."""
+        if not self._backups:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._backups.append(backup)
+
+    def _flush(self) -> None:
+        backups, self._backups = tuple(self._backups), []
+        self._router.post(StateBackups(self._key, backups))
 
     async def assign(self, corr_id: CorrId) -> Assignment:
         result: Assignment = await self._router.call(AssignRequest(self._key, corr_id))

@@ -775,3 +775,42 @@ def test_router_kill_keeps_live_sequences_and_serves_new_ones(
         assert scalar(infer(grpc_client, model, 1, sid, end=True)) == 7
     assert scalar(infer(grpc_client, model, 1, fresh, end=True)) == 4
     wait_until(lambda: len(replica_pids(server, "sequence_router")) == 1, 60, lambda: ps_listing("sequence_router"))
+
+
+def test_after_a_router_restart_sequences_still_survive_a_replica_kill(server: Server) -> None:
+    """SIGKILL the sequence router, then a seq_survive replica: the new router took every live sequence's state
+    from the instances' snapshots, so the dead replica's sequences continue from their last step."""
+    model, deployment = "seq_survive", "seq_survive.v1.g0"
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        wait_until(
+            lambda: len(replica_pids(server, deployment)) == 2 and c.is_model_ready(model, client_timeout=5),
+            90,
+            lambda: ps_listing("seq_survive"),
+        )
+        ids, sums = [new_id(), new_id()], [0, 0]
+        for k, sid in enumerate(ids):
+            for v in (k + 1, 10):
+                sums[k] += v
+                assert scalar(infer(c, model, v, sid, start=v != 10)) == sums[k]
+        (router,) = replica_pids(server, "sequence_router")
+        os.kill(router, signal.SIGKILL)
+        wait_until(lambda: router not in replica_pids(server, "sequence_router"), 30, lambda: "router to die")
+        # A new sequence starts only once the new router is up (and has polled the instances).
+        fresh = new_id()
+        r = c.infer(model, value_inputs(grpcclient, 3), sequence_id=fresh, sequence_start=True, client_timeout=90)
+        assert scalar(r) == 3
+        for k, sid in enumerate(ids):  # a step each, backed up with the new router
+            sums[k] += 100
+            assert scalar(infer(c, model, 100, sid)) == sums[k]
+        victim = replica_pids(server, deployment)[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: victim not in replica_pids(server, deployment), 30, lambda: "the replica to die")
+        for k, sid in enumerate(ids):
+            sums[k] += 1
+            got = c.infer(model, value_inputs(grpcclient, 1), sequence_id=sid, sequence_end=True, client_timeout=90)
+            assert scalar(got) == sums[k], f"sequence {sid} after the router restart and the replica kill"
+        got = c.infer(model, value_inputs(grpcclient, 1), sequence_id=fresh, sequence_end=True, client_timeout=90)
+        assert scalar(got) == 4
+    finally:
+        c.close()
