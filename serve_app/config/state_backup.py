@@ -1,19 +1,23 @@
 """Which sequence models keep their implicit state outside their instances, so sequences survive a crash.
 
-A model whose state is implicit (``sequence_batching.state``) hands the
-state of each sequence to the sequence router after every executed step,
-before that step is answered (the instance goes on executing meanwhile).  When
-an instance dies, the router places each of its sequences in a free slot of
-another instance (of a replacement, if no other has one) with the last state
-it received, and gateways send the next steps there.  The guarantee:
+For a model whose state is implicit (``sequence_batching.state``), each answer
+an instance sends carries the sequence's state after that step, and the
+gateway passes it on to the sequence router before the answer leaves (no step
+waits for the router).  When an instance dies, the router places each of its
+sequences in a free slot of another instance (of a replacement, if no other
+has one) with the last state it received, and gateways send the next steps
+there.  The guarantee:
 
-- every step the client was answered is in the restored state, and no other;
-- a step in flight when the instance died is sent again by the gateway on the
-  restored state, or, if it had executed and been backed up before the crash,
-  answered with the outputs it produced; the client sees it succeed either way;
+- the restored state is the one after the last step whose answer a gateway
+  received; a step in flight when the instance died is sent again on it, so
+  the client sees it succeed and no step is applied twice or skipped;
+- after a router restart the states come from the instances' snapshots, which
+  may include a step whose answer was on its way: that step's answer comes
+  with it, and is returned instead of running the step again;
 - a step that ends a sequence is not backed up (the sequence leaves its slot);
-- a sequence with no backup yet (its START was in flight), or one for which no
-  slot frees within the restore wait, ends with the "was lost" error.
+- a sequence with no backup yet (its START was in flight) starts again; one
+  for which no slot frees within the restore wait ends with the "was lost"
+  error.
 
 It is on by default (``auto``) when the declared state of one sequence is at
 most 1 MiB (variable dimensions counted as 1); the config parameter
