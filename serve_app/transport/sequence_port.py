@@ -100,6 +100,9 @@ class RouterLink:
                 self._address = tuple(await self._resolve())  # type: ignore[assignment]
             client = await self._pool.get(self._address)  # type: ignore[arg-type]
             await client.send(message)
+        except ChannelBroken as exc:
+            self._address = None  # resolved again next time: a restarted router listens elsewhere
+            logger.debug("posting to the sequence router failed: %s", exc.message)
         except Exception as exc:
             logger.debug("posting to the sequence router failed: %s", exc)
 

@@ -1,4 +1,5 @@
-"""Restoring backed-up sequences of a lost instance: SequenceAssigner bookkeeping and SequenceRouter waits."""
+"""Restoring backed-up sequences of a lost instance: SequenceAssigner bookkeeping (backups passed on by gateways or
+carried by snapshots, each from the sequence's owner, the highest number kept) and SequenceRouter waits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import numpy as np
 import pytest
 
 from serve_app.errors import InvalidArgument, Unavailable
-from serve_app.inference.sequence import Assignment, InstanceEvents, RecoverRequest, Recovery, SlotEvent, StateBackup
+from serve_app.inference.sequence import (
+    Assignment,
+    InstanceEvents,
+    RecoverRequest,
+    Recovery,
+    SlotEvent,
+    StateBackup,
+    StateBackups,
+)
 from serve_app.scheduling.sequence_assigner import Restore, SequenceAssigner
 from serve_app.scheduling.sequence_backups import RECENT
 from serve_app.scheduling.sequence_router import SequenceRouter
@@ -31,16 +40,41 @@ def state(value: int) -> dict[str, np.ndarray]:
 
 
 def backup_for(
-    place: Assignment, corr: int | str, value: int, *, step_id: int = 0, answer: int | None = None
+    place: Assignment,
+    corr: int | str,
+    value: int,
+    *,
+    no: int = 0,
+    step_id: int = 0,
+    answer: int | None = None,
+    instance: str = "",
 ) -> StateBackup:
+    """A backup of ``corr`` in ``place``; ``instance``: the instance it names (a gateway passes on the one the
+    step ran on; the router fills in the polled instance for a snapshot's that names none)."""
     outputs = None if answer is None else {"OUTPUT": np.array([[answer]], dtype=np.int32)}
-    return StateBackup(corr, place.slot, place.generation, state(value), step_id, outputs)
+    return StateBackup(
+        corr, place.slot, place.generation, state(value), instance=instance, no=no, step_id=step_id, outputs=outputs
+    )
 
 
-def back_up(a: SequenceAssigner, corr: int | str, value: int, **kwargs: int) -> None:
-    """The sequence's current owner sends its state."""
+def next_no(a: SequenceAssigner, corr: int | str) -> int:
+    """The number the sequence's owner gives its next step (as an instance counts them)."""
+    record = a.backups.get(corr)
+    return record.no + 1 if record is not None and record.generation == a.active[corr].generation else 1
+
+
+def back_up(a: SequenceAssigner, corr: int | str, value: int, *, no: int | None = None) -> None:
+    """A gateway passes on the state its sequence's current owner answered with (naming that instance)."""
     place = a.active[corr]
-    a.backed_up(place.instance, (backup_for(place, corr, value, **kwargs),))
+    number = next_no(a, corr) if no is None else no
+    a.backed_up("", (backup_for(place, corr, value, no=number, instance=place.instance),))
+
+
+def snapshot_up(a: SequenceAssigner, corr: int | str, value: int, *, step_id: int, answer: int) -> None:
+    """The sequence's current owner reports its state in a snapshot, with its last step and answer."""
+    place = a.active[corr]
+    backup = backup_for(place, corr, value, no=next_no(a, corr), step_id=step_id, answer=answer)
+    a.backed_up(place.instance, (backup,))
 
 
 def stored(a: SequenceAssigner, corr: int | str) -> list[int] | None:
@@ -80,8 +114,42 @@ def test_backed_up_several_in_one_event() -> None:
     a = assigner(slots=2, instances=("A",))
     p1, p2 = a.start(1), a.start(2)
     assert p1 is not None and p2 is not None
-    a.backed_up("A", (backup_for(p1, 1, 1), backup_for(p2, 2, 2), backup_for(p1, 1, 3)))
-    assert stored(a, 1) == [3] and stored(a, 2) == [2]  # the latest of each, in order
+    a.backed_up("A", (backup_for(p1, 1, 1, no=1), backup_for(p2, 2, 2, no=1), backup_for(p1, 1, 3, no=2)))
+    assert stored(a, 1) == [3] and stored(a, 2) == [2]  # the latest of each
+    # The same through a gateway (one StateBackups message), each naming its instance.
+    a.backed_up("", (backup_for(p2, 2, 5, no=2, instance="A"), backup_for(p1, 1, 4, no=3, instance="A")))
+    assert stored(a, 1) == [4] and stored(a, 2) == [5]
+
+
+def test_gateway_backups_name_their_instance() -> None:
+    a = assigner()
+    place = a.start(1)
+    assert place is not None and place.instance == "A"
+    a.backed_up("", (backup_for(place, 1, 5, no=1, instance="B"),))  # names another instance
+    a.backed_up("", (backup_for(place, 1, 5, no=1),))  # names none, and no polled instance fills in
+    a.backed_up("A", (backup_for(place, 1, 5, no=1, instance="B"),))  # the instance it names counts
+    assert 1 not in a.backups
+    a.backed_up("", (backup_for(place, 1, 5, no=1, instance="A"),))
+    assert stored(a, 1) == [5]
+    a.backed_up("B", (backup_for(place, 1, 6, no=2, instance="A"),))  # named: the other argument does not matter
+    assert stored(a, 1) == [6]
+    record = a.backups.get(1)
+    assert record is not None and record.no == 2
+
+
+def test_a_lower_number_from_the_owner_is_ignored() -> None:
+    """Steps of one sequence answered through several gateways: their backups may arrive out of order."""
+    a = assigner()
+    place = a.start(1)
+    assert place is not None
+    back_up(a, 1, 1, no=1)
+    back_up(a, 1, 6, no=3)
+    back_up(a, 1, 3, no=2)  # late
+    assert stored(a, 1) == [6]
+    record = a.backups.get(1)
+    assert record is not None and record.no == 3
+    back_up(a, 1, 10, no=4)
+    assert stored(a, 1) == [10]
 
 
 def test_backup_of_a_restarted_sequence_under_its_old_generation_is_ignored() -> None:
@@ -141,7 +209,7 @@ def test_remove_instance_queues_backed_up_sequences_for_restore() -> None:
     assert where(restore.assignment) == ("B", 1)
     assert restore.assignment.address == ("b", 9000)
     assert restore.assignment.generation != p1.generation  # type: ignore[union-attr]
-    assert restore.states["STATE"].tolist() == [7]
+    assert restore.states["STATE"].tolist() == [7] and restore.no == 1
     assert a.take_restores() == []  # each is handed out once
     assert a.lookup(1) is None  # still restoring until restored()
     assert 1 not in a.active
@@ -151,7 +219,7 @@ def test_remove_instance_queues_backed_up_sequences_for_restore() -> None:
 def test_restored_ok_makes_it_active() -> None:
     a = assigner()
     a.start(1)
-    back_up(a, 1, 7, step_id=11, answer=7)
+    snapshot_up(a, 1, 7, step_id=11, answer=7)
     a.remove_instance("A", "gone")
     restore = only_restore(a)
     admitted, lost = a.restored(1, restore.assignment, True, "")
@@ -166,6 +234,39 @@ def test_restored_ok_makes_it_active() -> None:
     # A second outcome for the same restore changes nothing.
     assert a.restored(1, restore.assignment, False, "late") == ([], False)
     assert a.lookup(1) == restore.assignment
+
+
+def test_restore_carries_the_number_of_the_backed_up_state() -> None:
+    a = assigner()
+    a.start(1)
+    old = a.active[1]
+    for value in (1, 3, 6):
+        back_up(a, 1, value)  # numbers 1, 2, 3
+    back_up(a, 1, 3, no=2)  # a late one: ignored
+    a.remove_instance("A", "gone")
+    restore = only_restore(a)
+    assert (restore.no, restore.states["STATE"].tolist()) == (3, [6])
+    a.restored(1, restore.assignment, True, "")
+    # A late backup of the lost instance is not the new owner's, even with a higher number.
+    a.backed_up("", (backup_for(old, 1, 99, no=4, instance="A"),))
+    assert stored(a, 1) == [6]
+    # The new owner numbers its steps after the restored state (RestoreSequence.no).
+    back_up(a, 1, 7)
+    record = a.backups.get(1)
+    assert record is not None and record.no == 4 and stored(a, 1) == [7]
+
+
+def test_restore_from_a_snapshot_carries_its_number() -> None:
+    a = SequenceAssigner("m", 2)
+    a.add_instance("A", ("a", 1), (SlotEvent(0, 9, 1234),))  # a restarted router learns of 9 from a snapshot
+    a.add_instance("B", ("b", 1))
+    snap = StateBackup(9, 0, 1234, state(4), instance="A", no=12, step_id=77, outputs=None)
+    a.backed_up("A", (snap,))
+    a.backed_up("", (StateBackup(9, 0, 1234, state(3), instance="A", no=11),))  # a gateway's, older than it
+    assert stored(a, 9) == [4]
+    a.remove_instance("A", "gone")
+    restore = only_restore(a)
+    assert restore.corr_id == 9 and restore.no == 12 and restore.states["STATE"].tolist() == [4]
 
 
 def test_restored_failed_makes_it_lost_and_frees_the_slot() -> None:
@@ -358,9 +459,22 @@ def router(slots: int = 1, instances: tuple[str, ...] = ("A", "B")) -> SequenceR
 
 
 def send_backup(r: SequenceRouter, corr: int | str, value: int, *, step_id: int = 0, answer: int | None = None) -> None:
+    """The state of ``corr`` in its owner's snapshot (numbered after the state kept), as the router takes it."""
+    table = r.assigner(KEY)
+    place = table.active[corr]
+    backup = backup_for(place, corr, value, no=next_no(table, corr), step_id=step_id, answer=answer)
+    r.backed_up(KEY, InstanceEvents(place.instance, backups=(backup,)))
+
+
+async def post_backups(r: SequenceRouter, *backups: StateBackup) -> None:
+    """Backups a gateway passes on: one StateBackups message to the router."""
+    assert await r.handle(StateBackups(KEY, backups)) is None
+
+
+def gateway_backup(r: SequenceRouter, corr: int | str, value: int, no: int) -> StateBackup:
+    """The backup an answer of ``corr``'s current owner carries."""
     place = r.assigner(KEY).active[corr]
-    events = InstanceEvents(place.instance, backups=(backup_for(place, corr, value, step_id=step_id, answer=answer),))
-    r.backed_up(KEY, events)
+    return backup_for(place, corr, value, no=no, instance=place.instance)
 
 
 async def settle() -> None:
@@ -604,7 +718,7 @@ async def test_router_restored_instance_up_with_occupied_keeps_the_backup_flow()
     assert restore.states["STATE"].tolist() == [4]
 
 
-async def test_router_recover_answers_each_of_recent_steps_in_the_state() -> None:
+async def test_router_recover_answers_each_of_recent_snapshot_steps() -> None:
     r = router(slots=2)
     await r.assign(KEY, 1)
     for i in range(1, RECENT + 1):
@@ -616,8 +730,8 @@ async def test_router_recover_answers_each_of_recent_steps_in_the_state() -> Non
 
 
 async def test_router_recover_of_a_step_older_than_recent_runs_again() -> None:
-    """The router keeps RECENT answers; the instance never lets more than RECENT executions await their ack
-    (test_sequence_instance_backup), so an older step was answered before the crash and is not asked about."""
+    """The router keeps the answers of the last RECENT steps that snapshots reported (one per snapshot: the
+    router restarted that often); an older one is not among them."""
     r = router(slots=2)
     await r.assign(KEY, 1)
     for i in range(1, RECENT + 2):
@@ -626,3 +740,86 @@ async def test_router_recover_of_a_step_older_than_recent_runs_again() -> None:
     r.restored(KEY, r.take_restores(KEY)[0], True)
     assert (await asyncio.wait_for(r.recover(KEY, 1, "A", 101), 1)).outputs is None
     assert answer_of(await asyncio.wait_for(r.recover(KEY, 1, "A", 102), 1)) == [2]
+
+
+# --------------------------------------------------------------------------- router: backups passed on by gateways
+
+
+async def test_router_handle_state_backups_keeps_those_of_each_owner() -> None:
+    r = router(slots=2)
+    p1, p2 = await r.assign(KEY, 1), await r.assign(KEY, 2)
+    assert (p1.instance, p2.instance) == ("A", "B")
+    wrong = backup_for(p1, 1, 99, no=2, instance="B")  # names another instance than the sequence's
+    stranger = StateBackup(3, 0, 1, state(3), instance="A", no=1)  # a sequence the router does not know
+    await post_backups(r, gateway_backup(r, 1, 5, 1), gateway_backup(r, 2, 8, 1), wrong, stranger)
+    table = r.assigner(KEY)
+    assert stored(table, 1) == [5] and stored(table, 2) == [8]
+    assert 3 not in table.backups and len(table.backups) == 2
+
+
+async def test_router_handle_state_backups_of_an_unknown_model_is_ignored() -> None:
+    r = router()
+    place = await r.assign(KEY, 1)
+    backup = backup_for(place, 1, 5, no=1, instance=place.instance)
+    assert await r.handle(StateBackups("other:1", (backup,))) is None
+    assert await r.handle(StateBackups(KEY, ())) is None
+    assert len(r.assigner(KEY).backups) == 0
+
+
+async def test_router_restores_the_highest_number_passed_on() -> None:
+    r = router(slots=2)
+    await r.assign(KEY, 1)
+    # Three answered steps, passed on through different gateways: the third's arrives before the second's.
+    await post_backups(r, gateway_backup(r, 1, 1, 1))
+    await post_backups(r, gateway_backup(r, 1, 6, 3))
+    await post_backups(r, gateway_backup(r, 1, 3, 2))
+    recovering = asyncio.create_task(r.recover(KEY, 1, "A", 4444))  # the fourth step failed with A
+    await settle()
+    r.instance_down(KEY, "A", "replica died", now_ns=0)
+    restore = r.take_restores(KEY)[0]
+    assert (restore.corr_id, restore.no, restore.states["STATE"].tolist()) == (1, 3, [6])
+    assert restore.assignment.instance == "B"
+    r.restored(KEY, restore, True)
+    got = await asyncio.wait_for(recovering, 1)
+    # Its backup never reached the router (its answer never reached the gateway): it runs again on the state.
+    assert got == Recovery(restore.assignment, None)
+    # The restored sequence's own backups go on after it.
+    await post_backups(r, gateway_backup(r, 1, 7, 4))
+    assert stored(r.assigner(KEY), 1) == [7]
+
+
+async def test_router_backup_arriving_after_its_instance_is_down_is_ignored() -> None:
+    r = router(slots=2)
+    place = await r.assign(KEY, 1)
+    await post_backups(r, gateway_backup(r, 1, 1, 1))
+    late = backup_for(place, 1, 3, no=2, instance="A")
+    r.instance_down(KEY, "A", "replica died", now_ns=0)
+    await post_backups(r, late)  # A's sequence is being restored: A no longer owns it
+    restore = r.take_restores(KEY)[0]
+    assert (restore.no, restore.states["STATE"].tolist()) == (1, [1])
+    r.restored(KEY, restore, True)
+    await post_backups(r, late)
+    assert stored(r.assigner(KEY), 1) == [1]
+
+
+async def test_router_snapshot_then_gateway_backups() -> None:
+    """A restarted router takes the states of a snapshot (with each last step's answer); gateways' backups of
+    older steps, still on their way, don't replace them; newer ones do, and the snapshot's answer stays."""
+    r = SequenceRouter()
+    r.add_model(KEY, "m", 2)
+    r.instance_up(KEY, "A", ("a", 1), (SlotEvent(0, 9, 1234),))
+    outputs = {"OUTPUT": np.array([[40]], dtype=np.int32)}
+    snap = StateBackup(9, 0, 1234, state(40), instance="A", no=5, step_id=55, outputs=outputs)
+    r.backed_up(KEY, InstanceEvents("A", (), (SlotEvent(0, 9, 1234),), backups=(snap,)))
+    await post_backups(r, gateway_backup(r, 9, 30, 4))
+    assert stored(r.assigner(KEY), 9) == [40]
+    await post_backups(r, gateway_backup(r, 9, 41, 6))
+    assert stored(r.assigner(KEY), 9) == [41]
+    r.instance_up(KEY, "B", ("b", 1))
+    r.instance_down(KEY, "A", "replica died")
+    restore = r.take_restores(KEY)[0]
+    assert (restore.no, restore.states["STATE"].tolist()) == (6, [41])
+    r.restored(KEY, restore, True)
+    # The snapshot's step ran before the crash (its state is in the one restored): answered, not run again.
+    assert answer_of(await asyncio.wait_for(r.recover(KEY, 9, "A", 55), 1)) == [40]
+    assert (await asyncio.wait_for(r.recover(KEY, 9, "A", 56), 1)).outputs is None

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 
 from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, Unavailable
-from serve_app.inference.sequence import Assignment, CorrId, Recovery, SequenceStep, StepResult
+from serve_app.inference.sequence import Assignment, CorrId, Recovery, SequenceStep, StateBackup, StepResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
@@ -67,11 +67,14 @@ def compute(assignment: Assignment, step: SequenceStep) -> StepResult:
 
 class FakePort:
     """Router and instances: ``table`` is the router's view; ``handler`` answers each dispatched step (an
-    exception result is raised by the step's future); ``dispatch_raises`` makes the hand-over itself fail."""
+    exception result is raised by the step's future); ``dispatch_raises`` makes the hand-over itself fail;
+    ``backups`` are the states passed on (``on_backup`` is called with each as it is)."""
 
     def __init__(self) -> None:
         self.table: dict[CorrId, Assignment] = {}
         self.calls: list[tuple] = []
+        self.backups: list[StateBackup] = []
+        self.on_backup: Callable[[StateBackup], None] | None = None
         self.assign_gates: dict[CorrId, asyncio.Event] = {}
         self.handler: Handler = compute
         self.dispatch_raises: Exception | None = None
@@ -104,6 +107,11 @@ class FakePort:
         else:
             future.set_result(answer)
         return future
+
+    def backup(self, backup: StateBackup) -> None:
+        self.backups.append(backup)
+        if self.on_backup is not None:
+            self.on_backup(backup)
 
     def kinds(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -562,3 +570,139 @@ async def test_without_backup_no_recovery_is_tried() -> None:
         await submit(s, request(7, 2))
     assert "was lost" in exc.value.message
     assert "recover" not in port.kinds()
+
+
+# --------------------------------------------------------------------------- state backups passed on
+
+
+def with_backup(handler: Handler) -> Handler:
+    """Answers as ``handler`` does; each successful step but an END carries its state after the step, numbered
+    per instance and sequence (as an instance with state backup answers)."""
+    numbers: dict[tuple[str, CorrId], int] = {}
+
+    def answer(assignment: Assignment, step: SequenceStep) -> StepResult | Exception:
+        result = handler(assignment, step)
+        if isinstance(result, StepResult) and result.error is None and not result.not_here and not step.end:
+            key = (assignment.instance, step.corr_id)
+            numbers[key] = 1 if step.start else numbers.get(key, 0) + 1
+            states = {"S_IN": step.inputs["INPUT"].reshape(-1)}
+            result.backup = StateBackup(
+                step.corr_id, assignment.slot, step.generation, states, instance=assignment.instance, no=numbers[key]
+            )
+        return result
+
+    return answer
+
+
+def summary(b: StateBackup) -> tuple:
+    return (b.corr_id, b.instance, b.slot, b.generation, b.no, b.states["S_IN"].tolist())
+
+
+async def test_a_successful_steps_backup_is_passed_on_before_its_answer() -> None:
+    port = FakePort()
+    port.handler = with_backup(compute)
+    s = scheduler(port, backed_up_config())
+    seen: list[tuple[int, int]] = []  # (its number, answers completed when it was passed on)
+    port.on_backup = lambda b: seen.append((b.no, s.stats.inference_count))
+    assert await submit(s, request(7, 1, start=True)) == {"DOUBLE": [2], "NEG": [-1]}
+    assert [summary(b) for b in port.backups] == [(7, "A", 0, 100, 1, [1])]  # before submit returned
+    await submit(s, request(7, 2))
+    await submit(s, request(7, 3, end=True))  # an END carries none
+    assert [summary(b) for b in port.backups] == [(7, "A", 0, 100, 1, [1]), (7, "A", 0, 100, 2, [2])]
+    assert seen == [(1, 0), (2, 1)]  # each before its own answer was completed
+    assert s.stats.inference_count == 3
+
+
+async def test_the_backup_passed_on_is_the_one_the_answer_carried() -> None:
+    port = FakePort()
+    carried = StateBackup(7, 0, 100, {"S_IN": np.array([5], np.int32)}, instance="A", no=1)
+
+    def handler(assignment: Assignment, step: SequenceStep) -> StepResult:
+        result = compute(assignment, step)
+        result.backup = carried
+        return result
+
+    port.handler = handler
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    assert len(port.backups) == 1 and port.backups[0] is carried
+
+
+async def test_answers_without_backup_pass_nothing_on() -> None:
+    port = FakePort()
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    await submit(s, request(7, 2, end=True))
+    assert port.backups == []
+
+
+async def test_an_error_results_backup_is_not_passed_on() -> None:
+    port = FakePort()
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    backup = StateBackup(7, 0, 100, {"S_IN": np.array([1], np.int32)}, instance="A", no=2)
+    port.handler = lambda a, st: StepResult(error=InternalError("onnxruntime failed"), backup=backup)
+    with pytest.raises(InternalError, match="onnxruntime failed"):
+        await submit(s, request(7, 2))
+    assert port.backups == []
+
+
+async def test_failed_requests_pass_nothing_on() -> None:
+    port = FakePort()
+    port.handler = with_backup(compute)
+    s = scheduler(port, backed_up_config())
+    with pytest.raises(InvalidArgument):
+        await submit(s, request(99, 1))  # never started
+    plain = scheduler(port)  # a model without state backup: a step lost with its instance is not recovered
+    await submit(plain, request(8, 1, start=True))
+    port.handler = with_backup(die_on("A"))
+    with pytest.raises(Unavailable, match="was lost"):
+        await submit(plain, request(8, 2))
+    assert [(b.corr_id, b.no) for b in port.backups] == [(8, 1)]  # the START's only
+
+
+async def test_a_retried_steps_backup_from_the_new_place_is_passed_on() -> None:
+    port = FakePort()
+    port.handler = with_backup(compute)
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.table[7] = place(2, 555, instance="B")  # moved
+    answer = with_backup(compute)
+    port.handler = lambda a, st: StepResult(not_here=True) if a.instance == "A" else answer(a, st)
+    await submit(s, request(7, 3))
+    assert [summary(b) for b in port.backups] == [(7, "A", 0, 100, 1, [1]), (7, "B", 2, 555, 1, [3])]
+
+
+async def test_a_recovered_steps_new_backup_is_passed_on() -> None:
+    port = RecoveringPort()
+    port.handler = with_backup(compute)
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.handler = with_backup(die_on("A"))
+    port.moved[7] = place(1, 555, instance="C")
+    kinds_then: list[list[str]] = []
+    port.on_backup = lambda b: kinds_then.append(port.kinds())
+    assert await submit(s, request(7, 2)) == {"DOUBLE": [4], "NEG": [-2]}
+    assert [summary(b) for b in port.backups] == [(7, "A", 0, 100, 1, [1]), (7, "C", 1, 555, 1, [2])]
+    assert kinds_then == [["assign", "dispatch", "dispatch", "recover", "dispatch"]]  # once it ran again
+    assert await submit(s, request(7, 3)) == {"DOUBLE": [6], "NEG": [-3]}  # goes on at C
+    assert summary(port.backups[-1]) == (7, "C", 1, 555, 2, [3])
+
+
+async def test_a_step_answered_from_the_router_passes_nothing_on() -> None:
+    port = RecoveringPort()
+    port.handler = with_backup(compute)
+    s = scheduler(port, backed_up_config())
+    await submit(s, request(7, 1, start=True))
+    port.handler = with_backup(die_on("A"))
+    port.moved[7] = place(1, 555, instance="B")
+    original = port.dispatch
+
+    async def remember_id(assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        port.answers[step.step_id] = {"DOUBLE": np.array([[40]], np.int32), "NEG": np.array([[-20]], np.int32)}
+        return await original(assignment, step)
+
+    port.dispatch = remember_id  # type: ignore[method-assign]
+    assert await submit(s, request(7, 20)) == {"DOUBLE": [40], "NEG": [-20]}
+    assert port.kinds()[-2:] == ["dispatch", "recover"]
+    assert [b.no for b in port.backups] == [1]  # the START's: the router holds the state that includes this step
