@@ -37,6 +37,7 @@ DISCOVER_FAST_S = 1.0
 DISCOVER_SLOW_S = 5.0
 POLL_WAIT_S = 1.0
 POLL_TIMEOUT_S = 15.0  # a poll unanswered this long means the instance is gone (a hung node)
+RESTORE_GRACE_S = 0.2  # states of steps answered just before a crash may still be on their way from gateways
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +202,15 @@ class SequenceRouterDeployment:
             task.add_done_callback(self._restores.discard)
 
     async def _restore(self, key: str, restore: Restore) -> None:
+        await asyncio.sleep(RESTORE_GRACE_S)
         target = restore.assignment
         client = self._clients.get(target.instance)
         ok, reason = False, f"instance {target.instance} is not reachable"
+        table = self.core._models.get(key)
+        record = table.backups.get(restore.corr_id) if table is not None else None
+        states, no = (record.states, record.no) if record is not None else (restore.states, restore.no)
         if client is not None:
-            message = RestoreSequence(target.slot, restore.corr_id, target.generation, restore.states, restore.no)
+            message = RestoreSequence(target.slot, restore.corr_id, target.generation, states, no)
             try:
                 ok = bool(await asyncio.wait_for(client.call(message), POLL_TIMEOUT_S))
                 reason = "its new instance refused it"

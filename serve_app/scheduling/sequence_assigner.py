@@ -72,6 +72,7 @@ class SequenceAssigner:
         self._to_place: OrderedDict[CorrId, tuple[str, int]] = OrderedDict()  # lost with a backup: (reason, since)
         self._restoring: dict[CorrId, Assignment] = {}  # placed, state on its way to the instance
         self._placed: list[Restore] = []
+        self._lost_from: dict[CorrId, str] = {}  # waiting for a slot or restoring: the instance it was lost with
 
     # -- instances ---------------------------------------------------------------
     def instances(self) -> list[str]:
@@ -114,6 +115,7 @@ class SequenceAssigner:
                 continue  # a slot it still held for a sequence that lives elsewhere now
             if corr in self.backups:
                 self._to_place[corr] = (reason, now_ns)
+                self._lost_from[corr] = instance
             else:
                 self._remember_lost(corr, reason)
                 lost.append(corr)
@@ -134,6 +136,7 @@ class SequenceAssigner:
             return None  # the START runs in the restored slot (it resets the state anyway)
         if self._to_place.pop(corr_id, None) is not None:
             self.backups.drop(corr_id)  # starting anew: the old state is not needed
+            self._lost_from.pop(corr_id, None)
         current = self.active.get(corr_id)
         if current is not None:
             # A restart keeps the slot under a new generation, so a release of the old one that is still
@@ -214,13 +217,16 @@ class SequenceAssigner:
         holds the sequence in that slot and generation."""
         for b in backups:
             current = self.active.get(b.corr_id)
-            if (
-                current is not None
-                and current.instance == (b.instance or instance)
-                and current.slot == b.slot
-                and current.generation == b.generation
-            ):
-                self.backups.store(b)
+            owner = b.instance or instance
+            if current is not None and current.instance == owner:
+                if current.slot == b.slot and current.generation == b.generation:
+                    self.backups.store(b)
+            elif self._lost_from.get(b.corr_id) == owner:
+                # A step answered just before its instance died, passed on after the router saw it die: still
+                # the sequence's latest state (restores read the record when they are sent).
+                record = self.backups.get(b.corr_id)
+                if record is not None and record.generation == b.generation:
+                    self.backups.store(b)
 
     def take_restores(self) -> list[Restore]:
         """Sequences placed for a restore since the last call: send each its state."""
@@ -235,6 +241,7 @@ class SequenceAssigner:
         if self._restoring.get(corr_id) != assignment:
             return [], False  # superseded (restarted, or its target was lost meanwhile)
         del self._restoring[corr_id]
+        self._lost_from.pop(corr_id, None)
         inst = self._instances.get(assignment.instance)
         held = inst is not None and inst.owners.get(assignment.slot) == corr_id
         if ok and held:
@@ -254,6 +261,7 @@ class SequenceAssigner:
         for corr in expired:
             reason, _ = self._to_place.pop(corr)
             self.backups.drop(corr)
+            self._lost_from.pop(corr, None)
             self._remember_lost(corr, f"{reason}, and no instance had a free slot to restore it")
         return expired
 

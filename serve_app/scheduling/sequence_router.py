@@ -118,7 +118,8 @@ class SequenceRouter:
                 if not waiters:
                     self._down_waiters.pop((key, failed_instance), None)
         assignment = await self.lookup(key, corr_id)
-        return Recovery(assignment, table.backups.answer(corr_id, step_id))
+        record = table.backups.get(corr_id)
+        return Recovery(assignment, table.backups.answer(corr_id, step_id), record.no if record is not None else 0)
 
     async def _wait(self, key: str, corr_id: CorrId) -> Assignment:
         future: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()

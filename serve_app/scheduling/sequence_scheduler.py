@@ -90,6 +90,7 @@ class SequenceScheduler:
         self._tails: dict[CorrId, asyncio.Future[None]] = {}
         self._backed_up = state_backup_enabled(config)
         self._recovering: dict[CorrId, tuple[asyncio.Lock, list[int]]] = {}
+        self._answered: OrderedDict[CorrId, int] = OrderedDict()  # the step number of each sequence's last answer
 
     async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
         """Send a validated request to the slot of its sequence and wait for its response."""
@@ -123,6 +124,12 @@ class SequenceScheduler:
             self.stats.pending -= 1
         if result.backup is not None and result.error is None:
             self._port.backup(result.backup)  # before the answer leaves: the router learns it first
+            self._answered[flags.corr_id] = result.backup.no
+            self._answered.move_to_end(flags.corr_id)
+            if len(self._answered) > CACHE_SIZE:
+                self._answered.popitem(last=False)
+        elif flags.end:
+            self._answered.pop(flags.corr_id, None)
         return self._complete(request, result, arrival_ns, sent_ns)
 
     # -- routing ----------------------------------------------------------------------
@@ -201,6 +208,14 @@ class SequenceScheduler:
                 if recovery is not None and recovery.outputs is not None:  # it ran: its answer was backed up
                     self._remember(corr, recovery.assignment)
                     return StepResult(outputs={n: recovery.outputs[n] for n in step.outputs if n in recovery.outputs})
+                answered = self._answered.get(corr, 0)
+                if recovery is not None and not flags.start and recovery.no < answered:
+                    # The state this gateway last passed on never reached the router: running the step on an
+                    # older state would silently skip a step the client was answered.
+                    raise self._lost(
+                        corr,
+                        Unavailable(f"its restored state is from step {recovery.no}, its last answer from {answered}"),
+                    )
                 place = await self._port.assign(corr) if flags.start or recovery is None else recovery.assignment
                 self._remember(corr, place)
                 try:

@@ -475,7 +475,8 @@ class RecoveringPort(FakePort):
         if self.recover_error is not None:
             raise self.recover_error
         self.table[corr_id] = self.moved[corr_id]
-        return Recovery(self.moved[corr_id], self.answers.get(step_id))
+        passed_on = [b.no for b in self.backups if b.corr_id == corr_id]
+        return Recovery(self.moved[corr_id], self.answers.get(step_id), passed_on[-1] if passed_on else 0)
 
 
 def die_on(instance: str) -> Handler:
@@ -706,3 +707,29 @@ async def test_a_step_answered_from_the_router_passes_nothing_on() -> None:
     assert await submit(s, request(7, 20)) == {"DOUBLE": [40], "NEG": [-20]}
     assert port.kinds()[-2:] == ["dispatch", "recover"]
     assert [b.no for b in port.backups] == [1]  # the START's: the router holds the state that includes this step
+
+
+async def test_recovery_onto_a_state_older_than_the_last_answer_is_the_lost_error() -> None:
+    """The state of the last answered step never reached the router (it was passed on after the router had
+    restored the sequence): running the step on the older state would skip a step, so the sequence is lost."""
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    numbers = iter(range(1, 100))
+
+    def with_backup(assignment: Assignment, step: SequenceStep) -> StepResult | Exception:
+        result = compute(assignment, step)
+        assert isinstance(result, StepResult)
+        result.backup = StateBackup(step.corr_id, step.slot, step.generation, {}, assignment.instance, next(numbers))
+        return result
+
+    port.handler = with_backup
+    await submit(s, request(7, 1, start=True))
+    await submit(s, request(7, 2))
+    assert [b.no for b in port.backups] == [1, 2]
+    port.backups.pop()  # the router never got step 2's state
+    port.handler = die_on("A")
+    port.moved[7] = place(1, 555, instance="B")
+    with pytest.raises(Unavailable) as exc:
+        await submit(s, request(7, 3))
+    assert "was lost: its restored state is from step 1, its last answer from 2" in exc.value.message
+    assert port.kinds()[-1] == "recover"  # not run on the older state
