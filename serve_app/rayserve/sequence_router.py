@@ -62,7 +62,7 @@ class SequenceRouterDeployment:
         self._owner: dict[str, str] = {}  # instance id -> model key
         self._clients: dict[str, ChannelClient] = {}  # instance id -> its poll channel (restores go on it too)
         self._restores: set[asyncio.Task[None]] = set()
-        self._server = ChannelServer(self.core.handle, token)
+        self._server = ChannelServer(self.core.handle, token, oneway=self.core.one_way)
         self._address = await self._server.start(ray.util.get_node_ip_address())
         self._discoverer = asyncio.get_running_loop().create_task(self._discover_forever())
         # A router Serve restarted learns the loaded models from the model manager (which pushes later changes).

@@ -71,12 +71,15 @@ class SequenceRouter:
             return await self.lookup(message.model, message.corr_id)
         if isinstance(message, RecoverRequest):
             return await self.recover(message.model, message.corr_id, message.failed_instance, message.step_id)
-        if isinstance(message, StateBackups):
-            table = self._models.get(message.model)
-            if table is not None:
-                table.backed_up("", message.backups)
-            return None
         raise TypeError(f"unexpected message {type(message).__name__}")
+
+    def one_way(self, message: Any) -> None:
+        """Messages that get no answer: states gateways pass on (:class:`StateBackups`)."""
+        if not isinstance(message, StateBackups):
+            raise TypeError(f"unexpected one-way message {type(message).__name__}")
+        table = self._models.get(message.model)
+        if table is not None:
+            table.backed_up("", message.backups)
 
     async def assign(self, key: str, corr_id: CorrId) -> Assignment:
         for _ in range(3):

@@ -11,7 +11,8 @@ Frames: ``!II`` (pickle length, buffer count), ``!Q`` per buffer length, the
 pickle, then the out-of-band buffers (numpy arrays' memory, written without
 copying and read back as zero-copy, read-only views).  Calls are
 ``(call_id, payload)``; answers are ``(call_id, ok, result or error)`` and may
-come back in any order.  A client first
+come back in any order.  One-way messages (``call_id`` -1, :meth:`ChannelClient.post`)
+get no answer: the server hands them to its synchronous ``oneway`` handler.  A client first
 sends the shared token; a server drops connections that don't.
 
 Only pickles from holders of the token are loaded, but like Ray's own ports the
@@ -71,6 +72,8 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
 
 
 Handler = Callable[[Any], Awaitable[Any]]
+OneWay = Callable[[Any], None]
+ONE_WAY = -1
 
 
 class _Outbox:
@@ -103,8 +106,9 @@ class ChannelBroken(Unavailable):
 class ChannelServer:
     """Serves ``handler(payload)`` to authenticated clients; calls run concurrently."""
 
-    def __init__(self, handler: Handler, token: bytes) -> None:
+    def __init__(self, handler: Handler, token: bytes, oneway: OneWay | None = None) -> None:
         self._handler = handler
+        self._oneway = oneway
         self._token = token
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -122,6 +126,9 @@ class ChannelServer:
             outbox = _Outbox(writer)
             while True:
                 call_id, payload = await read_message(reader)
+                if call_id == ONE_WAY:
+                    self._one_way(payload)
+                    continue
                 task = asyncio.get_running_loop().create_task(self._call(call_id, payload, outbox))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -131,6 +138,15 @@ class ChannelServer:
             logger.exception("channel connection failed")
         finally:
             writer.close()
+
+    def _one_way(self, payload: Any) -> None:
+        if self._oneway is None:
+            logger.warning("channel: one-way %s ignored (no handler)", type(payload).__name__)
+            return
+        try:
+            self._oneway(payload)
+        except Exception:
+            logger.exception("channel: one-way %s failed", type(payload).__name__)
 
     async def _call(self, call_id: int, payload: Any, outbox: _Outbox) -> None:
         try:
@@ -166,6 +182,12 @@ class ChannelClient:
 
     async def call(self, payload: Any) -> Any:
         return await self.send(payload)
+
+    def post(self, payload: Any) -> None:
+        """Send a one-way message (no answer), in order with calls."""
+        if self.closed or self._writer is None:
+            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+        self._outbox.put(encode((ONE_WAY, payload)))
 
     def send(self, payload: Any) -> asyncio.Future[Any]:
         """Queue one call for writing (calls leave in the order they are sent) and return its result's future."""

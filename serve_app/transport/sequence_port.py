@@ -90,7 +90,7 @@ class RouterLink:
             task.add_done_callback(self._posts.discard)
             return
         try:
-            client.send(message).add_done_callback(_ignore)
+            client.post(message)
         except ChannelBroken:
             self._address = None
 
@@ -99,7 +99,7 @@ class RouterLink:
             if self._address is None:
                 self._address = tuple(await self._resolve())  # type: ignore[assignment]
             client = await self._pool.get(self._address)  # type: ignore[arg-type]
-            await client.send(message)
+            client.post(message)
         except ChannelBroken as exc:
             self._address = None  # resolved again next time: a restarted router listens elsewhere
             logger.debug("posting to the sequence router failed: %s", exc.message)
@@ -122,11 +122,6 @@ class RouterLink:
                 logger.warning("sequence router unreachable (%s); retrying", exc.message)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
-
-
-def _ignore(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved, so asyncio does not log it
 
 
 class ChannelSequencePort:

@@ -104,3 +104,48 @@ async def test_lost_connection_fails_pending_calls() -> None:
     with pytest.raises(Unavailable, match="closed"):
         await client.call("after")
     server.close()
+
+
+async def test_one_way_messages_reach_the_one_way_handler_in_order_with_calls() -> None:
+    seen: list[Any] = []
+
+    async def handler(message: Any) -> Any:
+        seen.append(("call", message))
+        return message
+
+    def oneway(message: Any) -> None:
+        if message == "boom":
+            raise RuntimeError("a one-way handler failed")
+        seen.append(("post", message))
+
+    server = ChannelServer(handler, TOKEN, oneway=oneway)
+    address = await server.start("127.0.0.1")
+    client = ChannelClient(address)
+    await client.connect(TOKEN)
+    try:
+        client.post("a")
+        client.post("boom")  # logged; the connection stays up
+        client.post({"b": np.arange(3)})
+        assert await asyncio.wait_for(client.call("c"), 5) == "c"
+        assert [kind for kind, _ in seen] == ["post", "post", "call"]
+        assert seen[0] == ("post", "a") and seen[1][1]["b"].tolist() == [0, 1, 2]
+        assert client.inflight == 0  # nothing waits for an answer to a post
+    finally:
+        client.close()
+        server.close()
+
+
+async def test_one_way_message_without_a_handler_is_ignored() -> None:
+    async def handler(message: Any) -> Any:
+        return message
+
+    server = ChannelServer(handler, TOKEN)
+    address = await server.start("127.0.0.1")
+    client = ChannelClient(address)
+    await client.connect(TOKEN)
+    try:
+        client.post("ignored")
+        assert await asyncio.wait_for(client.call("still served"), 5) == "still served"
+    finally:
+        client.close()
+        server.close()
