@@ -20,7 +20,8 @@ there.  The guarantee:
   error.
 
 It is on by default (``auto``) when the declared state of one sequence is at
-most 1 MiB (variable dimensions counted as 1); the config parameter
+most 64 KiB (variable dimensions counted as 1): the router holds one state
+per live sequence, and every answer carries one.  The config parameter
 ``sequence_state_backup`` (``true``/``false``/``auto``) decides otherwise.
 Models that keep state inside the model (no implicit state) can't be backed
 up: their sequences end with the "was lost" error when their instance dies.
@@ -35,7 +36,7 @@ from serve_app.config.pbtxt import config_error
 from serve_app.protos import model_config_pb2 as mc
 
 PARAMETER = "sequence_state_backup"
-AUTO_MAX_BYTES = 1 << 20
+AUTO_MAX_BYTES = 64 << 10
 _VALUES = ("auto", "true", "false")
 
 
