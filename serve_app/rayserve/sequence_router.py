@@ -105,7 +105,7 @@ class SequenceRouterDeployment:
                     if task is not None:
                         task.cancel()
                     self._owner.pop(instance, None)
-                    self.core.instance_down(key, instance, why)
+                    self.core.instance_down(key, instance, why, restore=False)
             self.core.remove_model(key)
             del self._models[key]
         for key, m in wanted.items():

@@ -98,9 +98,10 @@ class SequenceAssigner:
                 self.active[e.corr_id] = Assignment(instance, address, e.slot, e.generation)
         return self._admit()
 
-    def remove_instance(self, instance: str, reason: str, now_ns: int = 0) -> list[CorrId]:
+    def remove_instance(self, instance: str, reason: str, now_ns: int = 0, restore: bool = True) -> list[CorrId]:
         """Forget a failed instance.  Its sequences with a backup wait to be restored elsewhere (see
-        :meth:`take_restores`); the others become lost.  Returns the lost IDs."""
+        :meth:`take_restores`; not with ``restore`` False: the model is going away); the others become lost.
+        Returns the lost IDs."""
         inst = self._instances.pop(instance, None)
         if inst is None:
             return []
@@ -113,7 +114,7 @@ class SequenceAssigner:
                 del self._restoring[corr]  # it died before its restore arrived: place it again
             else:
                 continue  # a slot it still held for a sequence that lives elsewhere now
-            if corr in self.backups:
+            if restore and corr in self.backups:
                 self._to_place[corr] = (reason, now_ns)
                 self._lost_from[corr] = instance
             else:

@@ -145,9 +145,14 @@ class SequenceRouter:
     ) -> None:
         self._admitted(key, self.assigner(key).add_instance(instance, address, occupied))
 
-    def instance_down(self, key: str, instance: str, reason: str, now_ns: int | None = None) -> None:
+    def instance_down(
+        self, key: str, instance: str, reason: str, now_ns: int | None = None, *, restore: bool = True
+    ) -> None:
+        """An instance is gone: its sequences are restored elsewhere when backed up (unless ``restore`` is
+        False: its model was unloaded or reloaded), else lost."""
         table = self.assigner(key)
-        lost = table.remove_instance(instance, reason, time.monotonic_ns() if now_ns is None else now_ns)
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        lost = table.remove_instance(instance, reason, now, restore)
         if lost:
             logger.warning("model %s: %d sequence(s) lost with instance %s: %s", key, len(lost), instance, reason)
         for corr in lost:

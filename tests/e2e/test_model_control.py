@@ -265,7 +265,9 @@ def test_sequence_autoscaling_keeps_replicas_with_live_sequences(poll_server: Se
     up = wait_until(lambda: len(results) == 2, "backlogged sequences to get the new instance's slots")
     for t in threads:
         t.join()
-    assert instances(poll_server, cm.SCALED_SEQ) == 2 and results == {103: 1, 104: 1}
+    assert results == {103: 1, 104: 1}
+    # The gauge counts the instances this gateway reaches, refreshed apart from the router's discovery.
+    wait_until(lambda: instances(poll_server, cm.SCALED_SEQ) == 2, "the gateway to count the new instance")
     sums.update(results)
     for sid in (101, 102, 103):
         assert seq_step(client, sid, end=True) == sums.pop(sid) + 1

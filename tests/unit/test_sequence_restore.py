@@ -828,3 +828,16 @@ async def test_router_snapshot_then_gateway_backups() -> None:
     # The snapshot's step ran before the crash (its state is in the one restored): answered, not run again.
     assert answer_of(await asyncio.wait_for(r.recover(KEY, 9, "A", 55), 1)) == [40]
     assert (await asyncio.wait_for(r.recover(KEY, 9, "A", 56), 1)).outputs is None
+
+
+async def test_router_instance_down_of_an_unloaded_model_restores_nothing() -> None:
+    """A model unloaded or reloaded takes its instances away on purpose: their sequences end, backed up or not."""
+    r = router(slots=2)
+    await r.assign(KEY, 1)
+    send_backup(r, 1, 7)
+    r.instance_down(KEY, "A", "its model was unloaded", restore=False)
+    assert r.take_restores(KEY) == []
+    assert r.assigner(KEY).restoring() == 0
+    with pytest.raises(Unavailable) as exc:
+        await r.lookup(KEY, 1)
+    assert "was lost: its model was unloaded" in exc.value.message
