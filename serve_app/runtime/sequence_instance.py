@@ -248,14 +248,15 @@ class SequenceInstance:
                         res.backup = self._backup(job.step, row.slot, res.outputs)
             _resolve(job.future, res)
 
+    # -- state backup ------------------------------------------------------------------------
     def _backup(self, step: SequenceStep, slot: int, outputs: dict[str, np.ndarray]) -> StateBackup:
+        """The sequence's state after ``step``, numbered by the step's place in it, for the gateway to pass on."""
         no = 1 if step.start else self._steps.get(slot, 0) + 1
         self._steps[slot] = no
         self._last[slot] = (step.step_id, outputs)
         held = self.state.held(slot) or {}
         return StateBackup(step.corr_id, slot, step.generation, held, self.id, no)
 
-    # -- state backup ------------------------------------------------------------------------
     def restore(self, message: RestoreSequence) -> bool:
         """Hold a sequence the router moved here from a lost instance, with its last backed-up state."""
         if any(s.input_name not in message.states for s in self.state.specs):

@@ -176,16 +176,7 @@ class SequenceScheduler:
             moved = await self._port.lookup(corr)
             if moved == place:
                 raise self._not_started(corr) from None
-            self._remember(corr, moved)
-            retry = await self._dispatch(moved, step)
-            try:
-                result = await retry
-            except Unavailable as exc:
-                self._forget(corr)
-                raise self._lost(corr, exc) from None
-            if result.not_here:
-                self._forget(corr)
-                raise self._not_started(corr)
+            result = await self._last_try(corr, moved, step)
         if flags.end:
             self._forget(corr)
         return result, sent_ns
@@ -217,20 +208,25 @@ class SequenceScheduler:
                         Unavailable(f"its restored state is from step {recovery.no}, its last answer from {answered}"),
                     )
                 place = await self._port.assign(corr) if flags.start or recovery is None else recovery.assignment
-                self._remember(corr, place)
-                try:
-                    result = await (await self._dispatch(place, step))
-                except Unavailable as exc:
-                    self._forget(corr)
-                    raise self._lost(corr, exc) from None
-                if result.not_here:
-                    self._forget(corr)
-                    raise self._not_started(corr)
-                return result
+                return await self._last_try(corr, place, step)
         finally:
             users[0] -= 1
             if not users[0]:
                 self._recovering.pop(corr, None)
+
+    async def _last_try(self, corr: CorrId, place: Assignment, step: SequenceStep) -> StepResult:
+        """Send ``step`` to the sequence's new ``place``: a broken channel or "not here" there ends the request."""
+        self._remember(corr, place)
+        pending = await self._dispatch(place, step)
+        try:
+            result = await pending
+        except Unavailable as exc:
+            self._forget(corr)
+            raise self._lost(corr, exc) from None
+        if result.not_here:
+            self._forget(corr)
+            raise self._not_started(corr)
+        return result
 
     async def _place(self, corr: CorrId, start: bool) -> Assignment:
         if start:
