@@ -206,8 +206,7 @@ class SequenceRouterDeployment:
         target = restore.assignment
         client = self._clients.get(target.instance)
         ok, reason = False, f"instance {target.instance} is not reachable"
-        table = self.core._models.get(key)
-        record = table.backups.get(restore.corr_id) if table is not None else None
+        record = self.core.backup_of(key, restore.corr_id)  # may be newer than when the slot was given
         states, no = (record.states, record.no) if record is not None else (restore.states, restore.no)
         if client is not None:
             message = RestoreSequence(target.slot, restore.corr_id, target.generation, states, no)

@@ -31,6 +31,7 @@ from serve_app.inference.sequence import (
     describe,
 )
 from serve_app.scheduling.sequence_assigner import Restore, SequenceAssigner
+from serve_app.scheduling.sequence_backups import BackupRecord
 
 logger = logging.getLogger("serve_app")
 
@@ -167,6 +168,10 @@ class SequenceRouter:
         """The states in an instance's snapshot."""
         if events.backups:
             self.assigner(key).backed_up(events.instance, events.backups)
+
+    def backup_of(self, key: str, corr_id: CorrId) -> BackupRecord | None:
+        table = self._models.get(key)
+        return table.backups.get(corr_id) if table is not None else None
 
     def take_restores(self, key: str) -> list[Restore]:
         table = self._models.get(key)
