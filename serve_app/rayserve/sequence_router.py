@@ -168,6 +168,10 @@ class SequenceRouterDeployment:
         try:
             await client.connect(self._token)
             events: InstanceEvents = await asyncio.wait_for(client.call(PollEvents(snapshot=True)), POLL_TIMEOUT_S)
+            if events.instance != instance:
+                # A dead replica's address, still listed by Serve, now used by another process: not that instance.
+                logger.warning("model %s: %s:%d answers as %s, not %s", key, *address, events.instance, instance)
+                return
             self.core.instance_up(key, instance, address, events.occupied)
             self.core.backed_up(key, events)
             self._clients[instance] = client

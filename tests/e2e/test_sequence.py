@@ -682,6 +682,45 @@ def test_replica_kill_sequences_continue_from_their_backed_up_state(server: Serv
         http_c.close()
 
 
+def test_stream_sequences_survive_a_replica_kill(server: Server) -> None:
+    """gRPC streaming (tritonclient's ModelStreamInfer) through a replica kill: two seq_survive sequences on
+    one stream (one per instance), two steps of each sent at a time; SIGKILL a replica between rounds. Every
+    response arrives, in-band errors are none, every running sum is right."""
+    model, deployment = "seq_survive", "seq_survive.v1.g0"
+    probe = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        wait_until(
+            lambda: len(replica_pids(server, deployment)) == 2 and probe.is_model_ready(model, client_timeout=5),
+            90,
+            lambda: ps_listing("seq_survive"),
+        )
+    finally:
+        probe.close()
+    ids, sums = [new_id(), new_id()], [0, 0]
+    rounds = 8  # a replica is killed before round 3 is sent
+    with Stream(server) as stream:
+        for r in range(rounds):
+            if r == 3:
+                victim = replica_pids(server, deployment)[0]
+                os.kill(victim, signal.SIGKILL)
+                wait_until(lambda v=victim: v not in replica_pids(server, deployment), 30, lambda: "the replica to die")
+            expected = {}
+            for k, sid in enumerate(ids):
+                for half in range(2):  # two steps of each sequence in flight at once
+                    v = 1 + k + 10 * r + half
+                    sums[k] += v
+                    rid = f"{sid}-{r}-{half}"
+                    expected[rid] = sums[k]
+                    stream.send(model, v, request_id=rid, seq_id=sid, start=r == 0 and half == 0,
+                                end=r == rounds - 1 and half == 1)  # fmt: skip
+            got = stream.collect(len(expected))
+            errors = [e.message() for _, e in got if e is not None]
+            answered = sorted(res.get_response().id for res, _ in got if res is not None)
+            assert errors == [], f"round {r}: {errors}; answered {answered}"
+            assert {res.get_response().id: scalar(res) for res, _ in got} == expected, f"round {r}"
+    print("\n[seq_survive] stream: 2/2 sequences continued through a replica kill, 0 failed responses")
+
+
 def test_replica_kill_loses_only_its_own_sequences(
     server: Server, http_client: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
 ) -> None:
