@@ -564,6 +564,18 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: Callable[[
         time.sleep(0.2)
 
 
+SURVIVE, SURVIVE_DEPLOYMENT = "seq_survive", "seq_survive.v1.g0"
+
+
+def wait_for_survive_replicas(server: Server, client: grpcclient.InferenceServerClient, timeout_s: float = 90) -> None:
+    """Both seq_survive replicas running (an earlier test may have killed one) and the model ready."""
+    wait_until(
+        lambda: len(replica_pids(server, SURVIVE_DEPLOYMENT)) == 2 and client.is_model_ready(SURVIVE, client_timeout=5),
+        timeout_s,
+        lambda: ps_listing(SURVIVE),
+    )
+
+
 def test_replica_kill_sequences_continue_from_their_backed_up_state(server: Server) -> None:
     """seq_survive (2 instances x 2 slots) backs its implicit state up (on by default): SIGKILL a replica and
     every sequence goes on from its last answered step, with no failed request.
@@ -689,11 +701,7 @@ def test_stream_sequences_survive_a_replica_kill(server: Server) -> None:
     model, deployment = "seq_survive", "seq_survive.v1.g0"
     probe = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        wait_until(
-            lambda: len(replica_pids(server, deployment)) == 2 and probe.is_model_ready(model, client_timeout=5),
-            90,
-            lambda: ps_listing("seq_survive"),
-        )
+        wait_for_survive_replicas(server, probe)
     finally:
         probe.close()
     ids, sums = [new_id(), new_id()], [0, 0]
@@ -822,11 +830,7 @@ def test_after_a_router_restart_sequences_still_survive_a_replica_kill(server: S
     model, deployment = "seq_survive", "seq_survive.v1.g0"
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        wait_until(
-            lambda: len(replica_pids(server, deployment)) == 2 and c.is_model_ready(model, client_timeout=5),
-            90,
-            lambda: ps_listing("seq_survive"),
-        )
+        wait_for_survive_replicas(server, c)
         ids, sums = [new_id(), new_id()], [0, 0]
         for k, sid in enumerate(ids):
             for v in (k + 1, 10):
