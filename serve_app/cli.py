@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CATEGORIES:KEY=VALUE",
         help="as Triton's: these gRPC categories need metadata triton-grpc-protocol-KEY: VALUE (repeatable)",
     )
-    from serve_app.protocol.limits import DEFAULT_LIMITS as L
+    from serve_app.limits import DEFAULT_LIMITS as L
 
     for flag, default, what in (
         ("--max-body-bytes", L.max_body_bytes, "request body bytes (HTTP) and message bytes (gRPC); more: 413"),

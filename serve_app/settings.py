@@ -90,7 +90,7 @@ class ServerSettings:
 
     def limits(self) -> Any:
         """The request limits both front ends enforce."""
-        from serve_app.protocol.limits import RequestLimits
+        from serve_app.limits import RequestLimits
 
         try:
             return RequestLimits(

@@ -5,6 +5,6 @@ base install needs none but onnxruntime and a missing GPU stack only fails the
 models that ask for it.
 """
 
-from serve_app.backends.base import Backend, BackendContext, create_backend
+from serve_app.backends.base import Backend, BackendContext, complete_io, create_backend
 
-__all__ = ["Backend", "BackendContext", "create_backend"]
+__all__ = ["Backend", "BackendContext", "complete_io", "create_backend"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serve_app.config.validate import ONNX_PLATFORM, TENSORRT_PLATFORM
 from serve_app.errors import InvalidConfig
 from serve_app.protos import model_config_pb2 as mc
 
@@ -61,3 +62,20 @@ def create_backend(ctx: BackendContext) -> Backend:
     module_name, cls_name = target.split(":")
     cls: type[Backend] = getattr(importlib.import_module(module_name), cls_name)
     return cls(ctx)
+
+
+# Backends that can complete a config from their model file (Triton's TRITONBACKEND_ModelAutoCompleteConfig).
+_COMPLETERS: dict[str, str] = {
+    ONNX_PLATFORM: "serve_app.backends.onnxruntime_config:complete_onnx_config",
+    TENSORRT_PLATFORM: "serve_app.backends.tensorrt:complete_tensorrt_config",
+}
+
+
+def complete_io(config: mc.ModelConfig, model: str, model_file: Path) -> None:
+    """Fill the inputs, outputs and batching ``config`` leaves out from ``model_file``, when its backend
+    can read them (in place; the ``complete_io`` of :func:`serve_app.config.autocomplete_config`)."""
+    target = _COMPLETERS.get(config.platform)
+    if target is None:
+        return
+    module_name, fn_name = target.split(":")
+    getattr(importlib.import_module(module_name), fn_name)(config, model, model_file)

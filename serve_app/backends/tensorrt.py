@@ -41,6 +41,7 @@ from serve_app.backends.tensorrt_logic import (
     EngineTensor,
     ProfileRange,
     check_config,
+    complete_config_from_engine,
     instance_profiles,
     nbytes,
     numpy_dtype,
@@ -50,6 +51,7 @@ from serve_app.backends.tensorrt_logic import (
     trt_dtype_name,
 )
 from serve_app.errors import InternalError, InvalidArgument, InvalidConfig, ServeError
+from serve_app.protos import model_config_pb2 as mc
 
 _GPU_EXTRA = "install the 'gpu' extra (pip install 'serve_app[gpu]')"
 _MIN_ALLOCATION = 256  # bytes: TensorRT wants a real address even for an empty tensor
@@ -459,3 +461,14 @@ class TensorRTBackend(Backend):
             self._stream = None
         self._engine = None
         self._runtime = None
+
+
+def complete_tensorrt_config(config: mc.ModelConfig, model: str, model_file: Path) -> None:
+    """Triton completes a TensorRT config from the engine; reading a plan needs TensorRT, cuda-python and a
+    GPU where the repository is loaded.  Without them the config stays as written, and the instances'
+    load reports what is missing."""
+    try:
+        meta = read_plan_metadata(model_file, model=model)
+    except InvalidConfig:
+        return
+    complete_config_from_engine(config, meta, model=model, path=str(model_file))

@@ -7,7 +7,6 @@ repository package strings them together for each model directory.
 from __future__ import annotations
 
 from serve_app.config.autocomplete import (
-    DEFAULT_MAX_BATCH_SIZE,
     autocomplete_config,
     default_model_filename,
     normalize_config,
@@ -24,7 +23,6 @@ from serve_app.config.validate import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_BATCH_SIZE",
     "ENSEMBLE_PLATFORM",
     "autocomplete_config",
     "config_from_json",

@@ -1,7 +1,7 @@
 """grpc.aio server lifecycle.  SO_REUSEPORT lets one gateway replica per core share the port.
 
 Optional TLS (``serve_app.security.tls``: a secure port instead of an insecure one) and Triton's
-restricted protocols (``serve_app.security.restricted``: an interceptor, installed only when some
+restricted protocols (``grpc_server/restricted.py``: an interceptor, installed only when some
 category is restricted, so that unrestricted servers pay nothing per call).
 """
 
@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import grpc
 
+from serve_app.grpc_server.restricted import RestrictedProtocolInterceptor
 from serve_app.grpc_server.servicer import InferenceServicer, add_inference_service
-from serve_app.protocol.limits import DEFAULT_LIMITS, GRPC_MAX_MESSAGE_BYTES, RequestLimits
-from serve_app.security.restricted import RestrictedApis, RestrictedProtocolInterceptor
-from serve_app.security.tls import TlsSettings
+from serve_app.limits import DEFAULT_LIMITS, GRPC_MAX_MESSAGE_BYTES, RequestLimits
+from serve_app.security.restricted import RestrictedApis
+from serve_app.security.tls import TlsSettings, read_pem
 from serve_app.service import InferenceService
 
 MAX_MESSAGE_BYTES = GRPC_MAX_MESSAGE_BYTES
+
+
+def grpc_credentials(tls: TlsSettings) -> grpc.ServerCredentials:
+    """Server credentials for ``server.add_secure_port``."""
+    tls.check()
+    return grpc.ssl_server_credentials(
+        [(read_pem("key", tls.key_file), read_pem("certificate", tls.cert_file))],
+        root_certificates=read_pem("CA", tls.ca_file) if tls.ca_file else None,
+        require_client_auth=tls.require_client_cert,
+    )
 
 
 async def start_grpc_server(
@@ -39,7 +50,7 @@ async def start_grpc_server(
     )
     add_inference_service(InferenceServicer(service, limits), server)
     address = f"{host}:{port}"
-    bound = server.add_secure_port(address, tls.grpc_credentials()) if tls else server.add_insecure_port(address)
+    bound = server.add_secure_port(address, grpc_credentials(tls)) if tls else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"could not bind gRPC port {host}:{port}")
     await server.start()

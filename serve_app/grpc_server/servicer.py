@@ -18,8 +18,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from serve_app.errors import InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import grpc_codec, repository_codec, stats_codec
-from serve_app.protocol.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService

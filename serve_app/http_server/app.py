@@ -21,8 +21,9 @@ from starlette.routing import Route
 from serve_app.config import config_to_json
 from serve_app.errors import Cancelled, InvalidArgument, ServeError, as_serve_error
 from serve_app.inference.types import InferRequest
+from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import http_codec, repository_codec, stats_codec
-from serve_app.protocol.limits import DEFAULT_LIMITS, RequestLimits, body_too_large, check_body_size
+from serve_app.protocol.limits import body_too_large, check_body_size
 from serve_app.protocol.status import http_status
 from serve_app.service import InferenceService
 from serve_app.service.inference_service import ModelMetadata

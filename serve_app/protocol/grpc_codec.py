@@ -16,7 +16,7 @@ import numpy as np
 
 from serve_app import datatypes
 from serve_app.errors import InternalError, InvalidArgument
-from serve_app.inference import tensor_codec
+from serve_app.inference.options import strip_reserved
 from serve_app.inference.types import (
     InferRequest,
     InferResponse,
@@ -25,8 +25,9 @@ from serve_app.inference.types import (
     RequestedOutput,
 )
 from serve_app.inference.validate import declared_shape
-from serve_app.protocol.limits import DEFAULT_LIMITS, ElementBudget, RequestLimits, check_counts
-from serve_app.protocol.params import strip_reserved
+from serve_app.limits import DEFAULT_LIMITS, RequestLimits
+from serve_app.protocol import tensor_codec
+from serve_app.protocol.limits import ElementBudget, check_counts
 from serve_app.protos import grpc_service_pb2 as pb
 
 SHARED_MEMORY_REGION = "shared_memory_region"

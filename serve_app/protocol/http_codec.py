@@ -26,7 +26,7 @@ import numpy as np
 
 from serve_app import datatypes
 from serve_app.errors import InternalError, InvalidArgument
-from serve_app.inference import tensor_codec
+from serve_app.inference.options import strip_reserved
 from serve_app.inference.signature import WILDCARD_DIM, ModelSignature
 from serve_app.inference.types import (
     InferRequest,
@@ -36,8 +36,9 @@ from serve_app.inference.types import (
     RequestedOutput,
 )
 from serve_app.inference.validate import declared_shape
-from serve_app.protocol.limits import DEFAULT_LIMITS, ElementBudget, RequestLimits, check_counts, check_json_depth
-from serve_app.protocol.params import strip_reserved
+from serve_app.limits import DEFAULT_LIMITS, RequestLimits
+from serve_app.protocol import tensor_codec
+from serve_app.protocol.limits import ElementBudget, check_counts, check_json_depth
 
 INFER_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
 BINARY_DATA_SIZE = "binary_data_size"

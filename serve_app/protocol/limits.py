@@ -1,22 +1,10 @@
 """How large a request the server takes, checked before it allocates for one.
 
-A request's cost is decided by what it declares (Content-Length, JSON nesting, shapes, how many
-inputs and outputs) long before its tensors exist, so every limit is checked on the declaration:
-the body's size before it is read (413 / RESOURCE_EXHAUSTED), JSON nesting before ``json.loads``
-recurses, and shapes and counts before any numpy array is made (400 / INVALID_ARGUMENT).  Both
-front ends call the same checks, so HTTP and gRPC answer an oversized request with one message.
-
-Defaults:
-
-- ``max_body_bytes`` 256 MiB.  Triton's HTTP default is 64 MiB (``--http-max-input-size``) but its
-  gRPC takes up to 2 GiB, and this one limit covers both protocols (gRPC's max receive message
-  size follows it): 256 MiB keeps large-tensor gRPC clients working while bounding what one request
-  can make a gateway hold (a JSON body expands several times once parsed).
-- ``max_tensor_elements`` 2**28: what a 256 MiB body can carry in one-byte elements, so with the
-  default body limit it only refuses shapes no body could fill; lower it to cap memory per request.
-- ``max_json_depth`` 64: a request nests 4 levels plus one per tensor dimension of nested ``data``.
-- ``max_inputs`` / ``max_outputs`` 1024: far above real models (wide recommender models have a few
-  hundred inputs), far below what a body could list.
+Every limit is checked on what a request declares, before its tensors exist (see ``serve_app/limits.py``
+for the limits and their defaults): the body's size before it is read (413 / RESOURCE_EXHAUSTED), JSON
+nesting before ``json.loads`` recurses, and shapes and counts before any numpy array is made (400 /
+INVALID_ARGUMENT).  Both front ends call the same checks, so HTTP and gRPC answer an oversized request
+with one message.
 """
 
 from __future__ import annotations
@@ -24,37 +12,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 
 import numpy as np
 
 from serve_app.errors import InvalidArgument, ResourceExhausted
-
-MiB = 2**20
-GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # grpc's own ceiling for a message size option
-
-
-@dataclass(frozen=True, slots=True)
-class RequestLimits:
-    max_body_bytes: int = 256 * MiB
-    max_tensor_elements: int = 2**28
-    max_json_depth: int = 64
-    max_inputs: int = 1024
-    max_outputs: int = 1024
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"request limit {f.name} must be a positive integer, got {value!r}")
-
-    @property
-    def grpc_max_receive_bytes(self) -> int:
-        """The gRPC server's max receive message size: the body limit, within grpc's own range."""
-        return min(self.max_body_bytes, GRPC_MAX_MESSAGE_BYTES)
-
-
-DEFAULT_LIMITS = RequestLimits()
+from serve_app.limits import RequestLimits
 
 
 def _raise_hint(setting: str) -> str:

@@ -15,10 +15,10 @@ import binascii
 from collections.abc import Mapping
 
 from serve_app.errors import InvalidArgument, Unsupported
+from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol.http_codec import parse_json
-from serve_app.protocol.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protos import grpc_service_pb2 as pb
-from serve_app.service.repository_control import LoadParameters
+from serve_app.repository.api import LoadParameters
 
 CONFIG = "config"
 FILE_PREFIX = "file:"

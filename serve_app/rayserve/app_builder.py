@@ -11,37 +11,13 @@ import logging
 import secrets
 from typing import Any
 
-from serve_app.placement import DEFAULT_GPU_RESOURCE_PREFIX, ClusterGpus
+from serve_app.placement import ClusterGpus
 from serve_app.rayserve.model_apps import QUIET_LOGS, REPLICA_ENV, deployment_name, replica_options
 from serve_app.settings import ServerSettings
 
-__all__ = ["build_application", "cluster_gpus", "deployment_name", "replica_options", "wait_for_gpus"]
+__all__ = ["build_application", "deployment_name", "replica_options"]
 
 logger = logging.getLogger("serve_app")
-
-
-def cluster_gpus(prefix: str = DEFAULT_GPU_RESOURCE_PREFIX) -> ClusterGpus:
-    """The live nodes' GPUs and the per-GPU resources (``<prefix><index>``) they declare."""
-    import ray
-
-    return ClusterGpus.from_nodes((n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")), prefix)
-
-
-def wait_for_gpus(settings: ServerSettings, report: Any = print, poll_s: float = 2.0) -> ClusterGpus:
-    """The cluster's GPUs once at least ``settings.wait_for_gpus`` have joined (or the wait ran out)."""
-    import time
-
-    gpus = cluster_gpus(settings.gpu_resource_prefix)
-    if gpus.total >= settings.wait_for_gpus:
-        return gpus
-    report(f"waiting up to {settings.wait_for_gpus_s:.0f}s for {settings.wait_for_gpus} GPU(s); {gpus.total} joined")
-    deadline = time.monotonic() + settings.wait_for_gpus_s
-    while gpus.total < settings.wait_for_gpus and time.monotonic() < deadline:
-        time.sleep(poll_s)
-        gpus = cluster_gpus(settings.gpu_resource_prefix)
-    if gpus.total < settings.wait_for_gpus:
-        report(f"only {gpus.total} of {settings.wait_for_gpus} GPU(s) joined; planning instances with those")
-    return gpus
 
 
 def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = None, report: Any = print) -> Any:
@@ -50,7 +26,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
 
     from serve_app.rayserve.gateway import Gateway
     from serve_app.rayserve.model_manager import ModelManager
-    from serve_app.rayserve.sequence_router import SequenceRouterDeployment
+    from serve_app.rayserve.sequence_router_deployment import SequenceRouterDeployment
 
     # Channels carry every sequence step; batches of other models too unless direct_channel is off.
     token = secrets.token_bytes(16)

@@ -28,11 +28,13 @@ from typing import Any
 
 from serve_app.errors import Draining, InternalError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import model_key
+from serve_app.sequence.messages import model_key
+from serve_app.sequence.port import ChannelSequencePort
 from serve_app.service.catalog import ModelVersionEntry
 from serve_app.service.serving_state import DeploymentRef
 from serve_app.transport import ChannelClient
-from serve_app.transport.sequence_port import ChannelPool, ChannelSequencePort, RouterLink
+from serve_app.transport.pool import ChannelPool
+from serve_app.transport.router_client import RouterClient
 
 logger = logging.getLogger("serve_app")
 
@@ -90,7 +92,7 @@ class RayModelExecutor:
         self._token = channel_token if direct else b""
         self._refresher: asyncio.Task[None] | None = None
         self._pool = ChannelPool(channel_token)
-        self._router = RouterLink(self._router_address, self._pool) if router is not None else None
+        self._router = RouterClient(self._router_address, self._pool) if router is not None else None
         self._router_handle = router
         self._on_capacity = on_capacity
         self._call_timeout = call_timeout_s if call_timeout_s > 0 else None

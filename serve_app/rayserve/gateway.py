@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from typing import Any
 
 from serve_app.inference.signature import ModelSignature
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.rayserve.executor import RayModelExecutor, VersionKey
-from serve_app.rayserve.repository_link import ManagerLink
+from serve_app.rayserve.manager_client import ManagerClient
 from serve_app.service import InferenceService, ModelCatalog, ModelState, ModelVersionEntry
 from serve_app.service.catalog import FailedModel, ensemble_readiness
 from serve_app.service.inference_service import StatsKey
@@ -37,31 +36,12 @@ logger = logging.getLogger("serve_app")
 DRAIN_TIMEOUT_S = 30.0
 
 
-def reuse_port_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def _uvicorn(app: Any, sock: socket.socket, tls: Any = None) -> tuple[Any, asyncio.Task[None]]:
-    import uvicorn
-
-    ssl = tls.uvicorn_kwargs() if tls is not None else {}
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=60, **ssl)
-    server = uvicorn.Server(config)
-    return server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-
-
 class Gateway:
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:
         from serve_app.grpc_server import start_grpc_server
         from serve_app.http_server import build_http_app, build_metrics_app
-        from serve_app.security.restricted import restrict_http_app
+        from serve_app.http_server.restricted import restrict_http_app
+        from serve_app.http_server.server import reuse_port_socket, serve_http
 
         self.settings = settings
         self.catalog = ModelCatalog()
@@ -75,7 +55,7 @@ class Gateway:
             call_timeout_s=settings.instance_timeout_s,
         )
         self.service = InferenceService(self.catalog, self.executor)
-        self.service.repository = ManagerLink(manager)
+        self.service.repository = ManagerClient(manager)
         self.service.max_queued = settings.max_queue_size
         if settings.gateway_replicas > 1:
             self.service.stats_source = self._cluster_stats
@@ -90,9 +70,9 @@ class Gateway:
         http_apis, grpc_apis = s.restricted_apis()
         limits = s.limits()
         http_app = restrict_http_app(build_http_app(self.service, limits=limits), http_apis)
-        self._http, self._http_task = _uvicorn(http_app, reuse_port_socket(s.host, s.http_port), tls)
+        self._http, self._http_task = serve_http(http_app, reuse_port_socket(s.host, s.http_port), tls)
         # The metrics port stays plain and open, as Triton's.
-        self._metrics, self._metrics_task = _uvicorn(
+        self._metrics, self._metrics_task = serve_http(
             build_metrics_app(self.service), reuse_port_socket(s.host, s.metrics_port)
         )
         self._grpc = await start_grpc_server(

@@ -18,11 +18,11 @@ from typing import Any
 from serve_app.autoscale import AutoscalingSpec, serve_autoscaling_config
 from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models
-from serve_app.inference.sequence import model_key
 from serve_app.placement import ClusterGpus, ReplicaGroup, instance_spec, plan_replicas, share_gpus
-from serve_app.rayserve.sequence_router import SequenceModelSpec
+from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelSource
-from serve_app.scheduling.sequence_batcher import SequenceBatchingConfig
+from serve_app.sequence.batcher import SequenceBatchingConfig
+from serve_app.sequence.messages import model_key
 from serve_app.service.serving_state import DeploymentRef, ServedVersion
 from serve_app.settings import ServerSettings
 
@@ -74,7 +74,7 @@ def plan_model_apps(
     instances planned here that Triton would put on a GPU."""
     from ray import serve
 
-    from serve_app.rayserve.model_deployment import ModelReplica
+    from serve_app.rayserve.model_replica import ModelReplica
 
     out = ModelApps()
     plans: dict[str, list[ReplicaGroup]] = {}

@@ -25,8 +25,9 @@ from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override
 from serve_app.config.ensemble_deps import ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.placement import ClusterGpus
+from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
-from serve_app.rayserve.sequence_router import SequenceModelSpec
+from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
 from serve_app.service.inference_service import IndexEntry
@@ -43,8 +44,6 @@ class ModelManager:
     async def __init__(
         self, settings: ServerSettings, token: bytes, router: Any, gpus: ClusterGpus | None = None
     ) -> None:
-        from serve_app.rayserve.app_builder import wait_for_gpus
-
         self.settings = settings
         self._token = token
         self._router = router

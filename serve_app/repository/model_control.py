@@ -85,7 +85,7 @@ from serve_app.repository.repository import (
 from serve_app.repository.staging import remove_staged, stage_files
 
 if TYPE_CHECKING:
-    from serve_app.service.repository_control import IndexEntry
+    from serve_app.repository.api import IndexEntry
 
 WILDCARD = "*"
 UNLOADED_REASON = "unloaded"
@@ -458,7 +458,7 @@ class ModelControl:
         Triton, models served only from staged files (no directory in the
         repository) are not listed.
         """
-        from serve_app.service.repository_control import IndexEntry  # the service package is heavy to import
+        from serve_app.repository.api import IndexEntry  # the service package is heavy to import
 
         by_model: dict[str, list[tuple[int | None, str, str]]] = {}
         for (model, version), (state, reason) in states.items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serve_app.backends import complete_io
 from serve_app.config import (
     ENSEMBLE_PLATFORM,
     autocomplete_config,
@@ -184,7 +185,9 @@ class ModelRepository:
             if not has_config:
                 where = str(model_file)
 
-        completed = autocomplete_config(config, model=name, model_dir=directory, model_file=model_file)
+        completed = autocomplete_config(
+            config, model=name, model_dir=directory, model_file=model_file, complete_io=complete_io
+        )
         validate_config(completed, model=name, path=where)
         labels = _labels(name, directory, completed, where)
         return ModelSource(name=name, directory=directory, config=completed, versions=versions, labels=labels)

@@ -56,7 +56,8 @@ class ModelInstance:
         """Run the config's ``model_warmup`` samples, in order, through :meth:`run` (Triton warms up every
         instance before it serves).  ``model_dir`` holds ``warmup/`` (default: the version directory's
         parent).  Raises :class:`~serve_app.runtime.warmup.WarmupError`, naming the sample, on a failure."""
-        self.warmup_report = warm_up(self, model_dir if model_dir is not None else self.ctx.model_file.parent.parent)
+        model_dir = model_dir if model_dir is not None else self.ctx.model_file.parent.parent
+        self.warmup_report = warm_up(self.ctx.config, self.signature, self.run, model_dir)
         return self.warmup_report
 
     def run_all(self, executions: list[Execution], arrived_ns: int = 0) -> list[ExecutionResult]:

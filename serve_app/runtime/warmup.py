@@ -31,16 +31,16 @@ out: ``serve_app.security.paths``), and an input the config declares must
 match its data type and dims, as a request's would.
 
 Everything here is pure (no Ray): :func:`build_samples` turns the config into
-executions, :func:`run_samples` runs them through ``ModelInstance.run``.
+executions, :func:`run_samples` runs them through the instance's ``run``.
 """
 
 from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -52,8 +52,7 @@ from serve_app.inference.signature import ModelSignature, format_dims
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.security.paths import confined
 
-if TYPE_CHECKING:
-    from serve_app.runtime.instance import ModelInstance
+Run = Callable[[Execution], ExecutionResult]  # one execution on the instance being warmed up
 
 WARMUP_DIR = "warmup"
 
@@ -266,15 +265,14 @@ def build_samples(
     return samples, skipped
 
 
-def run_samples(instance: ModelInstance, samples: list[WarmupSample], model: str = "") -> WarmupReport:
-    """Run each sample ``count`` times, in order, on ``instance``; the first failure raises WarmupError."""
-    model = model or instance.signature.name
+def run_samples(run: Run, samples: list[WarmupSample], model: str) -> WarmupReport:
+    """Run each sample ``count`` times, in order, through ``run``; the first failure raises WarmupError."""
     report = WarmupReport()
     t0 = time.perf_counter_ns()
     for sample in samples:
         rows = max(sample.execution.batch_size, 1)
         for _ in range(sample.count):
-            result = instance.run(sample.execution)
+            result = run(sample.execution)
             if result.error is not None:
                 raise WarmupError(
                     f"model '{model}': failed to run warmup sample '{sample.name}': {result.error.message}"
@@ -288,10 +286,17 @@ def run_samples(instance: ModelInstance, samples: list[WarmupSample], model: str
     return report
 
 
-def warm_up(instance: ModelInstance, model_dir: Path, *, rng: np.random.Generator | None = None) -> WarmupReport:
-    """Build and run ``instance``'s warmup samples (none: an empty report); raises WarmupError."""
-    config = instance.ctx.config
-    samples, skipped = build_samples(config, model_dir, rng=rng, signature=instance.signature)
-    report = run_samples(instance, samples, config.name)
+def warm_up(
+    config: mc.ModelConfig,
+    signature: ModelSignature,
+    run: Run,
+    model_dir: Path,
+    *,
+    rng: np.random.Generator | None = None,
+) -> WarmupReport:
+    """Build the config's warmup samples and run them through ``run`` (none: an empty report); raises
+    WarmupError."""
+    samples, skipped = build_samples(config, model_dir, rng=rng, signature=signature)
+    report = run_samples(run, samples, config.name)
     report.skipped = skipped
     return report

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from serve_app.errors import ServeError, Unavailable, as_serve_error
 from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.scheduling_params import request_priority, request_timeout_us
+from serve_app.inference.options import request_priority, request_timeout_us
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc

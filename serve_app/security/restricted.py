@@ -18,20 +18,18 @@ must match exactly.  A refused request gets, as from Triton:
   (``CommonCallData::Execute`` in ``src/grpc/grpc_server.cc``, ``InferHandler`` for ModelInfer and
   ModelStreamInfer, whose stream ends with that status).
 
-Unrestricted categories, unknown paths (404) and the metrics port are never checked.
+Unrestricted categories, unknown paths (404) and the metrics port are never checked.  This module is
+the policy (which category a path or method is in, and whether a request may go on); the front ends
+apply it: ``http_server/restricted.py`` (an ASGI wrapper) and ``grpc_server/restricted.py`` (an
+interceptor).
 """
 
 from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import grpc
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.errors import InvalidArgument
 
@@ -165,36 +163,6 @@ def http_category(path: str) -> str | None:
     return None
 
 
-class _RestrictedHttp:
-    """ASGI wrapper answering 403 for restricted requests without the header; the rest go to ``app``."""
-
-    def __init__(self, app: ASGIApp, apis: RestrictedApis) -> None:
-        self.app = app
-        self.apis = apis
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refused = self.apis.refusal(http_category(scope["path"]), lambda name: _asgi_header(scope, name))
-            if refused is not None:
-                body = {"error": f"This API is restricted, expecting header '{refused.header}'"}
-                await JSONResponse(body, status_code=403)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def restrict_http_app(app: ASGIApp, apis: RestrictedApis) -> ASGIApp:
-    """``app`` behind Triton's restricted-API check (``app`` itself when nothing is restricted)."""
-    return _RestrictedHttp(app, apis) if apis else app
-
-
-def _asgi_header(scope: Scope, name: str) -> str | None:
-    wanted = name.lower().encode("latin-1")
-    for key, value in scope["headers"]:  # ASGI: names are lower case
-        if key == wanted:
-            return value.decode("latin-1")
-    return None
-
-
 # -- gRPC ---------------------------------------------------------------------------------------
 
 _GRPC_METHODS = {
@@ -226,49 +194,3 @@ def grpc_category(method: str) -> str | None:
     """The category of a full gRPC method name (``/inference.GRPCInferenceService/ModelInfer``); None if none."""
     service, _, name = method.lstrip("/").partition("/")
     return _GRPC_SERVICES.get(service, {}).get(name)
-
-
-class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
-    """Ends restricted calls without the metadata key with UNAVAILABLE, before the handler runs."""
-
-    def __init__(self, apis: RestrictedApis) -> None:
-        self.apis = apis
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        metadata = handler_call_details.invocation_metadata or ()
-        refused = self.apis.refusal(
-            grpc_category(handler_call_details.method), lambda key: _metadata_value(metadata, key)
-        )
-        if refused is None:
-            return handler
-        return _refusing(handler, f"This protocol is restricted, expecting header '{refused.header}'")
-
-
-def _metadata_value(metadata: Iterable[Any], key: str) -> str | None:
-    for item in metadata:
-        k, v = item[0], item[1]
-        if k == key:
-            return v if isinstance(v, str) else None  # a '-bin' key carries bytes: never a match
-    return None
-
-
-def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as ``handler`` that reads nothing and aborts with UNAVAILABLE."""
-
-    async def abort(_request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort)
-    return grpc.unary_unary_rpc_method_handler(abort)

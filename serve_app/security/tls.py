@@ -12,12 +12,8 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from serve_app.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    import grpc
 
 
 @dataclass(frozen=True)
@@ -35,8 +31,8 @@ class TlsSettings:
             raise InvalidArgument("TLS needs both a certificate file and a key file")
         if self.require_client_cert and not self.ca_file:
             raise InvalidArgument("TLS: requiring client certificates needs a CA file to verify them with")
-        for what, name in self._files():
-            _read(what, name)
+        for what, name in self.files():
+            read_pem(what, name)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(self.cert_file, self.key_file)
@@ -51,28 +47,7 @@ class TlsSettings:
             except ssl.SSLError as exc:
                 raise InvalidArgument(f"TLS CA file '{self.ca_file}' holds no PEM certificate: {exc}") from None
 
-    def uvicorn_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``uvicorn.Config`` that serve HTTPS with these files."""
-        self.check()
-        return {
-            "ssl_certfile": self.cert_file,
-            "ssl_keyfile": self.key_file,
-            "ssl_ca_certs": self.ca_file or None,
-            "ssl_cert_reqs": ssl.CERT_REQUIRED if self.require_client_cert else ssl.CERT_NONE,
-        }
-
-    def grpc_credentials(self) -> grpc.ServerCredentials:
-        """Server credentials for ``server.add_secure_port``."""
-        import grpc
-
-        self.check()
-        return grpc.ssl_server_credentials(
-            [(_read("key", self.key_file), _read("certificate", self.cert_file))],
-            root_certificates=_read("CA", self.ca_file) if self.ca_file else None,
-            require_client_auth=self.require_client_cert,
-        )
-
-    def _files(self) -> list[tuple[str, str]]:
+    def files(self) -> list[tuple[str, str]]:
         files = [("certificate", self.cert_file), ("key", self.key_file)]
         return [*files, ("CA", self.ca_file)] if self.ca_file else files
 
@@ -90,7 +65,7 @@ def optional_tls(
     return tls
 
 
-def _read(what: str, name: str) -> bytes:
+def read_pem(what: str, name: str) -> bytes:
     try:
         return Path(name).read_bytes()
     except OSError as exc:

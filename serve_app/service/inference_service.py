@@ -16,11 +16,12 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.inference.validate import validate_request
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
-from serve_app.scheduling.sequence_scheduler import SequencePort, SequenceScheduler
+from serve_app.sequence.port import SequencePort
+from serve_app.sequence.scheduler import SequenceScheduler
 from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
-from serve_app.service.repository_control import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.stats import ModelStats
 
 # In the order Triton's server metadata lists them (core's InferenceServer constructor).

@@ -142,7 +142,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def deployed(gpu_cluster: SimCluster, repo: pathlib.Path) -> Deployed:
     from ray import serve
 
-    from serve_app.rayserve.app_builder import build_application, cluster_gpus
+    from serve_app.rayserve.app_builder import build_application
+    from serve_app.rayserve.cluster import cluster_gpus
 
     settings = settings_for(repo, APP)
     app = build_application(settings, report=lambda _: None)
@@ -266,7 +267,7 @@ def test_without_pinning_ray_picks_the_gpu_and_the_replica_reports_it(
     from ray import serve
 
     from serve_app.rayserve.app_builder import replica_options
-    from serve_app.rayserve.model_deployment import ModelReplica
+    from serve_app.rayserve.model_replica import ModelReplica
     from serve_app.repository import ModelRepository
 
     example_models.add_sub(tmp_path, name="loose", dims=4)

@@ -24,9 +24,9 @@ from serve_app.errors import ServeError
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
 from serve_app.inference.signature import ModelSignature
+from serve_app.local.executor import LocalModelExecutor
 from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
-from serve_app.runtime.local import LocalModelExecutor
 from serve_app.service import InferenceService, ModelCatalog, ModelVersionEntry
 from serve_app.service.catalog import FailedModel
 

@@ -17,9 +17,9 @@ from serve_app.errors import InvalidArgument, ServeError
 from serve_app.http_server import build_http_app
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferTensor, RequestedOutput
+from serve_app.local.executor import LocalModelExecutor
 from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
-from serve_app.runtime.local import LocalModelExecutor
 from serve_app.service import InferenceService, ModelCatalog, ModelState, ModelVersionEntry
 from serve_app.service.catalog import FailedModel, ensemble_readiness
 

@@ -27,8 +27,8 @@ from tritonclient.utils import InferenceServerException
 from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, Unavailable
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
+from serve_app.repository.api import IndexEntry, LoadParameters
 from serve_app.service import InferenceService
-from serve_app.service.repository_control import IndexEntry, LoadParameters
 from tests.integration.conftest import ADD_SUB, free_port
 
 Stub = service_pb2_grpc.GRPCInferenceServiceStub

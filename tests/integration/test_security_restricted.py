@@ -24,7 +24,8 @@ from tritonclient.utils import InferenceServerException
 
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
-from serve_app.security.restricted import GRPC_HEADER_PREFIX, RestrictedApis, restrict_http_app
+from serve_app.http_server.restricted import restrict_http_app
+from serve_app.security.restricted import GRPC_HEADER_PREFIX, RestrictedApis
 from serve_app.service import InferenceService
 from tests.integration.conftest import ADD_SUB, free_port
 from tests.integration.test_security_tls import EXPECTED, grpc_add_sub, http_add_sub, in_thread, running_uvicorn

@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 from serve_app.errors import InvalidArgument
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
+from serve_app.http_server.server import uvicorn_tls_options
 from serve_app.security.tls import TlsSettings
 from serve_app.service import InferenceService
 from tests.integration.conftest import ADD_SUB, free_port
@@ -240,7 +241,7 @@ async def test_grpc_server_refuses_a_key_of_another_certificate(service: Inferen
 
 async def test_http_over_tls(service: InferenceService, pki: Pki) -> None:
     tls = TlsSettings(str(pki.server_cert), str(pki.server_key))
-    async with running_uvicorn(build_http_app(service), **tls.uvicorn_kwargs()) as port:
+    async with running_uvicorn(build_http_app(service), **uvicorn_tls_options(tls)) as port:
 
         def secure() -> tuple[bool, np.ndarray]:
             client = httpclient.InferenceServerClient(
@@ -267,7 +268,7 @@ async def test_http_over_tls(service: InferenceService, pki: Pki) -> None:
 
 async def test_http_mutual_tls(service: InferenceService, pki: Pki) -> None:
     tls = TlsSettings(str(pki.server_cert), str(pki.server_key), str(pki.ca), require_client_cert=True)
-    async with running_uvicorn(build_http_app(service), **tls.uvicorn_kwargs()) as port:
+    async with running_uvicorn(build_http_app(service), **uvicorn_tls_options(tls)) as port:
         url = f"https://127.0.0.1:{port}/v2/health/live"
         with_cert = ssl.create_default_context(cafile=str(pki.ca))
         with_cert.load_cert_chain(str(pki.client_cert), str(pki.client_key))

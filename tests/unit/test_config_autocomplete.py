@@ -9,8 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from serve_app.backends import complete_io
+from serve_app.backends.onnxruntime_config import DEFAULT_MAX_BATCH_SIZE
 from serve_app.config import (
-    DEFAULT_MAX_BATCH_SIZE,
     autocomplete_config,
     default_model_filename,
     parse_config,
@@ -40,7 +41,7 @@ def make_onnx(path: Path, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -
 
 def complete(tmp_path: Path, model_file: Path | None, text: str = "", name: str = "m") -> mc.ModelConfig:
     config = parse_config(text, model=name, path="config.pbtxt")
-    return autocomplete_config(config, model=name, model_dir=tmp_path, model_file=model_file)
+    return autocomplete_config(config, model=name, model_dir=tmp_path, model_file=model_file, complete_io=complete_io)
 
 
 def io(config_ios: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput]) -> list[tuple[str, str, list[int]]]:
@@ -211,7 +212,7 @@ def test_batch_only_tensor_gets_empty_reshape(tmp_path: Path) -> None:
 
 def test_input_is_not_modified(tmp_path: Path, batched: Path) -> None:
     config = parse_config("max_batch_size: 2", model="m", path="p")
-    autocomplete_config(config, model="m", model_dir=tmp_path, model_file=batched)
+    autocomplete_config(config, model="m", model_dir=tmp_path, model_file=batched, complete_io=complete_io)
     assert config == parse_config("max_batch_size: 2", model="m", path="p")
 
 

@@ -16,13 +16,13 @@ from tritonclient.grpc._utils import _get_inference_request
 
 from serve_app.errors import InternalError, InvalidArgument
 from serve_app.inference.types import InferResponse, InferTensor, RequestedOutput
+from serve_app.limits import RequestLimits
 from serve_app.protocol.grpc_codec import (
     decode_model_infer_request,
     encode_model_infer_response,
     params_from_pb,
     params_to_pb,
 )
-from serve_app.protocol.limits import RequestLimits
 from serve_app.protos import grpc_service_pb2 as pb
 
 NP = {

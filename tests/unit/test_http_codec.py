@@ -18,8 +18,8 @@ import tritonclient.http as httpclient
 from serve_app.errors import InternalError, InvalidArgument
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from serve_app.limits import RequestLimits
 from serve_app.protocol.http_codec import decode_infer_request, encode_infer_response, error_body
-from serve_app.protocol.limits import RequestLimits
 from serve_app.protos import model_config_pb2 as mc
 
 NP = {

@@ -9,11 +9,9 @@ import time
 import pytest
 
 from serve_app.errors import ErrorCode, InvalidArgument, ResourceExhausted
+from serve_app.limits import DEFAULT_LIMITS, GRPC_MAX_MESSAGE_BYTES, RequestLimits
 from serve_app.protocol.limits import (
-    DEFAULT_LIMITS,
-    GRPC_MAX_MESSAGE_BYTES,
     ElementBudget,
-    RequestLimits,
     body_too_large,
     check_body_size,
     check_counts,

@@ -23,6 +23,7 @@ from serve_app.errors import (
     Unavailable,
 )
 from serve_app.repository import ModelRepository, ModelSource
+from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import (
     ControlMode,
     LoadPlan,
@@ -30,7 +31,6 @@ from serve_app.repository.model_control import (
     PollChanges,
     parse_control_mode,
 )
-from serve_app.service.repository_control import IndexEntry
 
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 

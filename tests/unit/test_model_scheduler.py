@@ -13,7 +13,7 @@ from google.protobuf import text_format
 
 from serve_app.errors import InternalError, InvalidArgument, ServeError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.scheduling_params import request_priority, request_timeout_us
+from serve_app.inference.options import request_priority, request_timeout_us
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc

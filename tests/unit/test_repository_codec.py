@@ -8,10 +8,10 @@ import json
 import pytest
 
 from serve_app.errors import InvalidArgument, Unsupported
+from serve_app.limits import RequestLimits
 from serve_app.protocol import repository_codec as codec
-from serve_app.protocol.limits import RequestLimits
 from serve_app.protos import grpc_service_pb2 as pb
-from serve_app.service.repository_control import LoadParameters
+from serve_app.repository.api import LoadParameters
 
 CONFIG = json.dumps({"name": "m", "backend": "onnxruntime", "max_batch_size": 4})
 ONNX = bytes(range(256)) * 3  # every byte value, NULs included

@@ -16,9 +16,9 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.repository import validate_model_name
 from serve_app.repository.staging import stage_files
-from serve_app.runtime.sequence_state import ImplicitState
 from serve_app.runtime.warmup import warmup_file
 from serve_app.security.paths import confined, is_plain_name
+from serve_app.sequence.implicit_state import ImplicitState
 
 # The ways out that every field must refuse: (value, what the message says).
 ESCAPES = [

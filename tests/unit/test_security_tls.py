@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from serve_app.errors import InvalidArgument
+from serve_app.grpc_server.server import grpc_credentials
+from serve_app.http_server.server import uvicorn_tls_options
 from serve_app.security.tls import TlsSettings, optional_tls
 
 
@@ -52,9 +54,9 @@ def test_not_pem(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="do not load as a PEM certificate chain and its private key"):
         TlsSettings(str(junk), str(junk)).check()
     with pytest.raises(InvalidArgument, match="do not load as a PEM"):
-        TlsSettings(str(junk), str(junk)).uvicorn_kwargs()
+        uvicorn_tls_options(TlsSettings(str(junk), str(junk)))
     with pytest.raises(InvalidArgument, match="do not load as a PEM"):
-        TlsSettings(str(junk), str(junk)).grpc_credentials()
+        grpc_credentials(TlsSettings(str(junk), str(junk)))
 
 
 def test_client_certificates_need_a_ca(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from serve_app.errors import InvalidArgument, Unavailable
-from serve_app.inference.sequence import Assignment, SlotEvent
-from serve_app.scheduling.sequence_assigner import SequenceAssigner
+from serve_app.sequence.assigner import SequenceAssigner
+from serve_app.sequence.messages import Assignment, SlotEvent
 
 START_FLAG = (
     "inference request for sequence {} to model 'm' must specify the START flag on the first request of the sequence"

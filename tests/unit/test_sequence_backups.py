@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve_app.inference.sequence import StateBackup
-from serve_app.scheduling.sequence_backups import RECENT, SequenceBackups
+from serve_app.sequence.backups import RECENT, SequenceBackups
+from serve_app.sequence.messages import StateBackup
 
 
 def backup(

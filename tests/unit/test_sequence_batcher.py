@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from google.protobuf import text_format
 
-from serve_app.inference.sequence import SlotEvent
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.scheduling.sequence_batcher import (
+from serve_app.sequence.batcher import (
     DEFAULT_IDLE_US,
     BatchDecision,
     Row,
@@ -16,6 +15,7 @@ from serve_app.scheduling.sequence_batcher import (
     SequenceBatchingConfig,
     StaleStep,
 )
+from serve_app.sequence.messages import SlotEvent
 
 US = 1_000  # nanoseconds per microsecond
 MS = 1_000_000

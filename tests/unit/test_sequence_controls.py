@@ -7,8 +7,8 @@ import pytest
 from google.protobuf import text_format
 
 from serve_app.errors import InvalidArgument
-from serve_app.inference.sequence_controls import RowControl, SequenceControls
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.sequence.controls import RowControl, SequenceControls
 
 
 def controls(control_inputs: str, max_batch_size: int = 4) -> SequenceControls:

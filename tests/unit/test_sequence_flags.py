@@ -1,5 +1,5 @@
 """sequence_flags: the sequence parameters of a request (sequence_id, sequence_start, sequence_end), checked with
-Triton's messages; and the plain messages of serve_app.inference.sequence."""
+Triton's messages; and the plain messages of serve_app.sequence.messages."""
 
 from __future__ import annotations
 
@@ -9,16 +9,9 @@ import numpy as np
 import pytest
 
 from serve_app.errors import InvalidArgument, ServeError
-from serve_app.inference.sequence import (
-    Assignment,
-    SequenceFlags,
-    SequenceStep,
-    StepResult,
-    describe,
-    model_key,
-    sequence_flags,
-)
+from serve_app.inference.options import SequenceFlags, sequence_flags
 from serve_app.inference.types import InferRequest, ParamValue
+from serve_app.sequence.messages import Assignment, SequenceStep, StepResult, model_key
 
 NON_ZERO = "inference request to model 'seq' must specify a non-zero or non-empty correlation ID"
 
@@ -89,9 +82,7 @@ def test_errors_are_invalid_argument() -> None:
     assert isinstance(exc.value, InvalidArgument)
 
 
-def test_describe_and_model_key() -> None:
-    assert describe(7) == "7"
-    assert describe("abc") == "abc"
+def test_model_key() -> None:
     assert model_key("m", 3) == "m:3"
     assert model_key("m", "3") == "m:3"
 

@@ -14,9 +14,9 @@ from google.protobuf import text_format
 
 from serve_app.errors import InternalError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import InstanceEvents, PollEvents, SequenceStep, SlotEvent, StepResult
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.runtime.sequence_instance import SequenceInstance
+from serve_app.sequence.instance import SequenceInstance
+from serve_app.sequence.messages import InstanceEvents, PollEvents, SequenceStep, SlotEvent, StepResult
 
 CONTROLS = """
   control_input [

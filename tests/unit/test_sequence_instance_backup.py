@@ -13,7 +13,10 @@ import numpy as np
 from google.protobuf import text_format
 
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import (
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.sequence.backups import RECENT
+from serve_app.sequence.instance import SequenceInstance
+from serve_app.sequence.messages import (
     InstanceEvents,
     PollEvents,
     RestoreSequence,
@@ -22,9 +25,6 @@ from serve_app.inference.sequence import (
     StateBackup,
     StepResult,
 )
-from serve_app.protos import model_config_pb2 as mc
-from serve_app.runtime.sequence_instance import SequenceInstance
-from serve_app.scheduling.sequence_backups import RECENT
 
 CONTROLS = """
   control_input [

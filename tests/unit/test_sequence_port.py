@@ -1,5 +1,5 @@
 """The gateway's channel port to the sequence router: state backups batched per event-loop turn into one
-StateBackups message, and RouterLink.post (fire and forget, dropped when the router can't be reached)."""
+StateBackups message, and RouterClient.post (fire and forget, dropped when the router can't be reached)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serve_app.inference.sequence import StateBackup, StateBackups
+from serve_app.sequence.messages import StateBackup, StateBackups
+from serve_app.sequence.port import ChannelSequencePort
 from serve_app.transport import ChannelServer
 from serve_app.transport.channel import ChannelBroken
-from serve_app.transport.sequence_port import ChannelPool, ChannelSequencePort, RouterLink
+from serve_app.transport.pool import ChannelPool
+from serve_app.transport.router_client import RouterClient
 
 TOKEN = b"0123456789abcdef"
 Address = tuple[str, int]
@@ -23,7 +25,7 @@ def backup(corr: int, no: int) -> StateBackup:
     return StateBackup(corr, 0, 1, {"STATE": np.array([no], dtype=np.int32)}, instance="A", no=no)
 
 
-class FakeRouterLink:
+class FakeRouterClient:
     """Records what the port posts."""
 
     def __init__(self) -> None:
@@ -33,12 +35,12 @@ class FakeRouterLink:
         self.posts.append(message)
 
 
-def port(key: str = "m:1") -> tuple[ChannelSequencePort, FakeRouterLink]:
-    link = FakeRouterLink()
+def port(key: str = "m:1") -> tuple[ChannelSequencePort, FakeRouterClient]:
+    link = FakeRouterClient()
     return ChannelSequencePort(key, link, ChannelPool(TOKEN)), link  # type: ignore[arg-type]
 
 
-def posted(link: FakeRouterLink) -> list[tuple[str, list[tuple[int, int]]]]:
+def posted(link: FakeRouterClient) -> list[tuple[str, list[tuple[int, int]]]]:
     out = []
     for message in link.posts:
         assert isinstance(message, StateBackups)
@@ -97,7 +99,7 @@ async def test_backups_of_steps_answered_together_travel_together() -> None:
 
 
 async def test_each_model_version_posts_its_own() -> None:
-    link = FakeRouterLink()
+    link = FakeRouterClient()
     a = ChannelSequencePort("a:1", link, ChannelPool(TOKEN))  # type: ignore[arg-type]
     b = ChannelSequencePort("b:2", link, ChannelPool(TOKEN))  # type: ignore[arg-type]
     a.backup(backup(7, 1))
@@ -107,7 +109,7 @@ async def test_each_model_version_posts_its_own() -> None:
     assert sorted(posted(link)) == [("a:1", [(7, 1), (9, 1)]), ("b:2", [(8, 1)])]
 
 
-# --------------------------------------------------------------------------- RouterLink.post over fakes
+# --------------------------------------------------------------------------- RouterClient.post over fakes
 
 
 class FakeClient:
@@ -175,14 +177,14 @@ class Resolver:
         return answer
 
 
-async def settle(link: RouterLink) -> None:
+async def settle(link: RouterClient) -> None:
     for _ in range(20):
         await asyncio.sleep(0)
     assert not link._posts  # every post in the background is done
 
 
-def link_over(pool: FakePool, resolve: Resolver) -> RouterLink:
-    return RouterLink(resolve, pool)  # type: ignore[arg-type]
+def link_over(pool: FakePool, resolve: Resolver) -> RouterClient:
+    return RouterClient(resolve, pool)  # type: ignore[arg-type]
 
 
 async def test_post_is_dropped_when_the_router_cannot_be_found(caplog: pytest.LogCaptureFixture) -> None:
@@ -245,7 +247,7 @@ async def test_post_after_a_failed_connection_finds_the_router_again() -> None:
     assert new.sent == ["found"]
 
 
-# --------------------------------------------------------------------------- RouterLink.post over a real channel
+# --------------------------------------------------------------------------- RouterClient.post over a real channel
 
 
 async def test_post_reaches_a_real_router_in_order_with_calls() -> None:
@@ -262,7 +264,7 @@ async def test_post_reaches_a_real_router_in_order_with_calls() -> None:
     async def resolve() -> Address:
         return address
 
-    link = RouterLink(resolve, pool)
+    link = RouterClient(resolve, pool)
     try:
         first = StateBackups("m:1", (backup(7, 1),))
         link.post(first)
@@ -290,7 +292,7 @@ async def test_post_to_a_closed_port_is_dropped(caplog: pytest.LogCaptureFixture
         return address
 
     pool = ChannelPool(TOKEN)
-    link = RouterLink(resolve, pool)
+    link = RouterClient(resolve, pool)
     link.post(StateBackups("m:1", (backup(7, 1),)))
     for _ in range(200):
         if not link._posts:

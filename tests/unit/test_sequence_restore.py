@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from serve_app.errors import InvalidArgument, Unavailable
-from serve_app.inference.sequence import (
+from serve_app.sequence.assigner import Restore, SequenceAssigner
+from serve_app.sequence.backups import RECENT
+from serve_app.sequence.messages import (
     Assignment,
     InstanceEvents,
     RecoverRequest,
@@ -18,9 +20,7 @@ from serve_app.inference.sequence import (
     StateBackup,
     StateBackups,
 )
-from serve_app.scheduling.sequence_assigner import Restore, SequenceAssigner
-from serve_app.scheduling.sequence_backups import RECENT
-from serve_app.scheduling.sequence_router import SequenceRouter
+from serve_app.sequence.router import SequenceRouter
 
 KEY = "m:1"
 

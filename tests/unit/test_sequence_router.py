@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from serve_app.errors import InvalidArgument, NotFound, Unavailable
-from serve_app.inference.sequence import (
+from serve_app.sequence.batcher import SequenceBatcher, SequenceBatchingConfig
+from serve_app.sequence.messages import (
     Assignment,
     AssignRequest,
     InstanceEvents,
@@ -15,8 +16,7 @@ from serve_app.inference.sequence import (
     PollEvents,
     SlotEvent,
 )
-from serve_app.scheduling.sequence_batcher import SequenceBatcher, SequenceBatchingConfig
-from serve_app.scheduling.sequence_router import SequenceRouter
+from serve_app.sequence.router import SequenceRouter
 
 KEY = "m:1"
 

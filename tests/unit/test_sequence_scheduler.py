@@ -11,11 +11,12 @@ import pytest
 from google.protobuf import text_format
 
 from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, Unavailable
-from serve_app.inference.sequence import Assignment, CorrId, Recovery, SequenceStep, StateBackup, StepResult
+from serve_app.inference.options import CorrId
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.scheduling.sequence_scheduler import SequenceScheduler
+from serve_app.sequence.messages import Assignment, Recovery, SequenceStep, StateBackup, StepResult
+from serve_app.sequence.scheduler import SequenceScheduler
 
 START_FLAG = (
     "inference request for sequence {} to model 'seq' must specify the START flag on the first request of the sequence"

@@ -10,7 +10,7 @@ from google.protobuf import text_format
 
 from serve_app.errors import InvalidConfig
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.runtime.sequence_state import ImplicitState
+from serve_app.sequence.implicit_state import ImplicitState
 
 
 def config(states: str) -> mc.ModelConfig:

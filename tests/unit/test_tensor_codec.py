@@ -1,4 +1,4 @@
-"""Wire bytes and lists <-> numpy arrays (serve_app.inference.tensor_codec)."""
+"""Wire bytes and lists <-> numpy arrays (serve_app.protocol.tensor_codec)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from serve_app.errors import InvalidArgument
-from serve_app.inference.tensor_codec import (
+from serve_app.protocol.tensor_codec import (
     array_from_bytes,
     array_from_list,
     array_to_bytes,

@@ -22,10 +22,10 @@ from serve_app.backends import BackendContext, create_backend  # noqa: E402
 from serve_app.backends.torchscript import INSTALL_HINT, TorchScriptBackend  # noqa: E402
 from serve_app.errors import InternalError, InvalidArgument, InvalidConfig  # noqa: E402
 from serve_app.inference.execution import Execution, ExecutionResult  # noqa: E402
-from serve_app.inference.sequence import SequenceStep  # noqa: E402
 from serve_app.repository import ModelRepository  # noqa: E402
 from serve_app.runtime import ModelInstance  # noqa: E402
-from serve_app.runtime.sequence_instance import SequenceInstance  # noqa: E402
+from serve_app.sequence.instance import SequenceInstance  # noqa: E402
+from serve_app.sequence.messages import SequenceStep  # noqa: E402
 from tests.e2e import torchscript_models  # noqa: E402
 
 # ------------------------------------------------------------------------------------------- models

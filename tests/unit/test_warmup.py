@@ -178,7 +178,7 @@ def test_random_data_every_datatype(tmp_path: pathlib.Path) -> None:
     d, cfg = write_model(tmp_path, sample("random", inputs, batch_size=3))
     inst, backend = instance(d, cfg)
     samples, _ = build_samples(cfg, d, rng=np.random.default_rng(7))
-    report = run_samples(inst, samples)
+    report = run_samples(inst.run, samples, inst.signature.name)
     assert report.executions == 1 and report.inferences == 3
     (feed,) = backend.feeds
     for wire, dtype in NUMPY.items():
@@ -529,7 +529,7 @@ def test_escaping_file_fails_the_warmup_naming_the_sample(tmp_path: pathlib.Path
 def test_replica_reports_a_failing_warmup_and_serves_a_good_one(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from serve_app.rayserve.model_deployment import ModelReplica
+    from serve_app.rayserve.model_replica import ModelReplica
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the replica sets it for KIND_CPU; restored after
     zero = "data_type: TYPE_FP32 dims: [ 2 ] zero_data: true"

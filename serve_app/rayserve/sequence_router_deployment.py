@@ -1,6 +1,6 @@
 """The sequence router: one Serve deployment (one replica, a named Ray actor) for every sequence model.
 
-It holds the table of :class:`~serve_app.scheduling.sequence_router.SequenceRouter`:
+It holds the table of :class:`~serve_app.sequence.router.SequenceRouter`:
 which instance and slot each live sequence has, and the backlog.  Gateways
 reach it over a direct channel (a START costs one round trip; the other steps
 of a sequence never touch it, see ``scheduling/sequence_scheduler.py``).
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.errors import as_serve_error
-from serve_app.inference.sequence import InstanceEvents, PollEvents, RestoreSequence
-from serve_app.scheduling.sequence_assigner import Restore
-from serve_app.scheduling.sequence_router import SequenceRouter
+from serve_app.sequence.assigner import Restore
+from serve_app.sequence.messages import InstanceEvents, PollEvents, RestoreSequence
+from serve_app.sequence.router import SequenceRouter
 from serve_app.transport import ChannelClient, ChannelServer
 
 logger = logging.getLogger("serve_app")

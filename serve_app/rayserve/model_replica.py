@@ -5,7 +5,7 @@ and reported (``status``) so that one bad model does not fail the whole Serve
 application; its requests get UNAVAILABLE with the reason.
 
 A sequence model's replica also runs its sequence batcher
-(:class:`~serve_app.runtime.sequence_instance.SequenceInstance`): steps arrive
+(:class:`~serve_app.sequence.instance.SequenceInstance`): steps arrive
 over the direct channel, already assigned to a slot by the sequence router,
 and the router long-polls the same channel for freed slots.
 """
@@ -25,11 +25,11 @@ from serve_app.backends import BackendContext
 from serve_app.config.state_backup import state_backup_enabled
 from serve_app.errors import Draining, Unavailable, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import PollEvents, RestoreSequence, SequenceStep, StepResult
 from serve_app.placement import InstanceSpec
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
-from serve_app.runtime.sequence_instance import SequenceInstance
+from serve_app.sequence.instance import SequenceInstance
+from serve_app.sequence.messages import PollEvents, RestoreSequence, SequenceStep, StepResult
 from serve_app.transport import ChannelServer
 
 # Below Serve's graceful_shutdown_timeout_s (model_apps.GRACEFUL_SHUTDOWN_S), which kills the actor.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from serve_app.errors import InvalidArgument
-from serve_app.inference.sequence import CorrId
+from serve_app.inference.options import CorrId
 from serve_app.protos import model_config_pb2 as mc
 
 Kind = mc.ModelSequenceBatching.Control.Kind

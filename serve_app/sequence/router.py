@@ -1,12 +1,12 @@
 """The sequence router's logic for every sequence model: assignment, backlog waits, slot events.
 
-It wraps one :class:`~serve_app.scheduling.sequence_assigner.SequenceAssigner`
+It wraps one :class:`~serve_app.sequence.assigner.SequenceAssigner`
 per model version and lets a START (or a step of a backlogged or restoring
 sequence) wait until its sequence is admitted.  After an instance is lost it
 answers gateways whose steps failed with it (:meth:`recover`): where the
 sequence goes on, and the step's answer if the backed-up state includes it.
 It imports no Ray: the Ray layer hosts it in one actor
-(``serve_app.rayserve.sequence_router``), tests and the in-process executor
+(``serve_app.rayserve.sequence_router_deployment``), tests and the in-process executor
 call it directly.
 """
 
@@ -18,20 +18,19 @@ import time
 from typing import Any
 
 from serve_app.errors import NotFound, ServeError, Unavailable
-from serve_app.inference.sequence import (
+from serve_app.inference.options import CorrId
+from serve_app.sequence.assigner import Restore, SequenceAssigner
+from serve_app.sequence.backups import BackupRecord
+from serve_app.sequence.messages import (
     Assignment,
     AssignRequest,
-    CorrId,
     InstanceEvents,
     LookupRequest,
     RecoverRequest,
     Recovery,
     SlotEvent,
     StateBackups,
-    describe,
 )
-from serve_app.scheduling.sequence_assigner import Restore, SequenceAssigner
-from serve_app.scheduling.sequence_backups import BackupRecord
 
 logger = logging.getLogger("serve_app")
 
@@ -113,7 +112,7 @@ class SequenceRouter:
                 await asyncio.wait_for(future, self.recover_wait_s)
             except asyncio.TimeoutError:
                 raise Unavailable(
-                    f"sequence {describe(corr_id)} of model '{table.model_name}' was lost: its instance failed "
+                    f"sequence {corr_id} of model '{table.model_name}' was lost: its instance failed "
                     "to answer; send its next request with the START flag to start it again"
                 ) from None
             finally:
@@ -185,7 +184,7 @@ class SequenceRouter:
         why = f"its instance failed and restoring its state failed ({reason})"
         admitted, lost = table.restored(restore.corr_id, restore.assignment, ok, why)
         if lost:
-            logger.warning("model %s: sequence %s could not be restored: %s", key, describe(restore.corr_id), reason)
+            logger.warning("model %s: sequence %s could not be restored: %s", key, restore.corr_id, reason)
             self._fail(key, restore.corr_id)
         self._admitted(key, admitted)
 
@@ -201,7 +200,7 @@ class SequenceRouter:
             return
         try:
             self.assigner(key).lookup(corr_id)
-            error: ServeError = Unavailable(f"sequence {describe(corr_id)} was lost")
+            error: ServeError = Unavailable(f"sequence {corr_id} was lost")
         except ServeError as exc:
             error = exc
         for future in waiters:

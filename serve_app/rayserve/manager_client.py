@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from serve_app.repository.api import LoadParameters
     from serve_app.service.inference_service import IndexEntry
-    from serve_app.service.repository_control import LoadParameters
 
 
-class ManagerLink:
+class ManagerClient:
     """RepositoryControl over the model manager's Serve handle: one answer for every gateway replica."""
 
     def __init__(self, manager: Any) -> None:

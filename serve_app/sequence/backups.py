@@ -1,6 +1,6 @@
 """The router's copy of each live sequence's implicit state.
 
-Gateways pass on a :class:`~serve_app.inference.sequence.StateBackup` for each
+Gateways pass on a :class:`~serve_app.sequence.messages.StateBackup` for each
 step they answer (see ``config/state_backup.py``); only the latest state (the
 highest step number) is kept.  States that come from an instance's snapshot
 (after a router restart) may include a step whose answer had not been
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serve_app.inference.sequence import CorrId, StateBackup
+from serve_app.inference.options import CorrId
+from serve_app.sequence.messages import StateBackup
 
 RECENT = 4  # answers kept per sequence
 

@@ -28,46 +28,19 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
 
 from serve_app.config.state_backup import state_backup_enabled
 from serve_app.errors import InvalidArgument, NotFound, ServeError, Unavailable
-from serve_app.inference.sequence import (
-    Assignment,
-    CorrId,
-    Recovery,
-    SequenceFlags,
-    SequenceStep,
-    StateBackup,
-    StepResult,
-    describe,
-    sequence_flags,
-)
-from serve_app.inference.sequence_controls import SequenceControls
+from serve_app.inference.options import CorrId, SequenceFlags, sequence_flags
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.sequence.controls import SequenceControls
+from serve_app.sequence.messages import Assignment, Recovery, SequenceStep, StepResult
+from serve_app.sequence.port import SequencePort
 from serve_app.stats import ModelStats
 
 CACHE_SIZE = 100_000  # cached sequence places per model version (stale entries only cost a router lookup)
-
-
-class SequencePort(Protocol):
-    """How the gateway reaches the sequence router and the instances of one model version."""
-
-    async def assign(self, corr_id: CorrId) -> Assignment: ...
-
-    async def lookup(self, corr_id: CorrId) -> Assignment: ...
-
-    async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery: ...
-
-    def backup(self, backup: StateBackup) -> None:
-        """Pass the state after an answered step on to the router (no waiting)."""
-        ...
-
-    async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
-        """Hand ``step`` to its instance; returns once it is sent, with a future for its result."""
-        ...
 
 
 class SequenceScheduler:
@@ -168,7 +141,7 @@ class SequenceScheduler:
         if result.not_here and flags.start:  # not expected: a START's place comes from the router itself
             self._forget(corr)
             raise Unavailable(
-                f"sequence {describe(corr)} of model '{self.signature.name}' could not start in the slot the "
+                f"sequence {corr} of model '{self.signature.name}' could not start in the slot the "
                 "sequence router gave it; send the START again"
             )
         if result.not_here:
@@ -256,13 +229,13 @@ class SequenceScheduler:
 
     def _lost(self, corr: CorrId, exc: Unavailable) -> Unavailable:
         return Unavailable(
-            f"sequence {describe(corr)} of model '{self.signature.name}' was lost: {exc.message}; send its next "
+            f"sequence {corr} of model '{self.signature.name}' was lost: {exc.message}; send its next "
             "request with the START flag to start it again"
         )
 
     def _not_started(self, corr: CorrId) -> InvalidArgument:
         return InvalidArgument(
-            f"inference request for sequence {describe(corr)} to model '{self.signature.name}' must specify the "
+            f"inference request for sequence {corr} to model '{self.signature.name}' must specify the "
             "START flag on the first request of the sequence"
         )
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from serve_app.errors import InvalidArgument, Unavailable
-from serve_app.inference.sequence import Assignment, CorrId, SlotEvent, StateBackup, describe
-from serve_app.scheduling.sequence_backups import SequenceBackups
+from serve_app.inference.options import CorrId
+from serve_app.sequence.backups import SequenceBackups
+from serve_app.sequence.messages import Assignment, SlotEvent, StateBackup
 
 LOST_MEMORY = 100_000  # lost sequence IDs remembered (oldest forgotten first)
 
@@ -164,11 +165,11 @@ class SequenceAssigner:
         reason = self._lost.get(corr_id)
         if reason is not None:
             raise Unavailable(
-                f"sequence {describe(corr_id)} of model '{self.model_name}' was lost: {reason}; send its next "
+                f"sequence {corr_id} of model '{self.model_name}' was lost: {reason}; send its next "
                 "request with the START flag to start it again"
             )
         raise InvalidArgument(
-            f"inference request for sequence {describe(corr_id)} to model '{self.model_name}' must specify the "
+            f"inference request for sequence {corr_id} to model '{self.model_name}' must specify the "
             "START flag on the first request of the sequence"
         )
 

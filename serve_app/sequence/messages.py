@@ -1,11 +1,9 @@
-"""A request's place in a sequence, and what carries it to the instance that holds the sequence.
+"""What crosses between gateways, the sequence router and sequence instances: plain, picklable data.
 
-Both protocols put ``sequence_id`` (an unsigned integer or a string),
-``sequence_start`` and ``sequence_end`` in the request's parameters;
-:func:`sequence_flags` reads and checks them once, with Triton's messages.
 A :class:`SequenceStep` is one request of a sequence on its way to its
-instance and slot; a :class:`StepResult` is what comes back.  Both are plain
-data so they cross the gateway-to-instance channel as one pickle.
+instance and slot; a :class:`StepResult` is what comes back.  The other
+messages are the router's vocabulary: assignments, slot events, state
+backups and restores.  Each crosses a direct channel as one pickle.
 """
 
 from __future__ import annotations
@@ -14,53 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serve_app.errors import InvalidArgument, ServeError
-from serve_app.inference.types import InferRequest
-
-CorrId = int | str
-_UINT64_MAX = 2**64 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class SequenceFlags:
-    corr_id: CorrId
-    start: bool
-    end: bool
-
-
-def _flag(request: InferRequest, key: str) -> bool:
-    value = request.parameters.get(key, False)
-    if not isinstance(value, bool):
-        raise InvalidArgument(
-            f"parameter '{key}' of the request for model '{request.model_name}' must be a boolean, got {value!r}"
-        )
-    return value
-
-
-def sequence_flags(request: InferRequest) -> SequenceFlags:
-    """The sequence parameters of a request to a sequence model, checked as Triton checks them."""
-    corr = request.parameters.get("sequence_id", 0)
-    if isinstance(corr, bool) or not isinstance(corr, (int, str)):
-        raise InvalidArgument(
-            f"parameter 'sequence_id' of the request for model '{request.model_name}' must be an unsigned integer "
-            f"or a string, got {corr!r}"
-        )
-    if isinstance(corr, int) and not 0 <= corr <= _UINT64_MAX:
-        raise InvalidArgument(
-            f"parameter 'sequence_id' of the request for model '{request.model_name}' must be an unsigned 64-bit "
-            f"integer, got {corr}"
-        )
-    start, end = _flag(request, "sequence_start"), _flag(request, "sequence_end")
-    if corr == 0 or corr == "":
-        raise InvalidArgument(
-            f"inference request to model '{request.model_name}' must specify a non-zero or non-empty correlation ID"
-        )
-    return SequenceFlags(corr, start, end)
-
-
-def describe(corr_id: CorrId) -> str:
-    """A correlation ID as Triton prints it in messages."""
-    return str(corr_id)
+from serve_app.errors import ServeError
+from serve_app.inference.options import CorrId
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from serve_app.errors import InternalError
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import (
+from serve_app.inference.options import CorrId
+from serve_app.runtime.instance import ModelInstance
+from serve_app.sequence.batcher import SequenceBatchingConfig
+from serve_app.sequence.instance import SequenceInstance
+from serve_app.sequence.messages import (
     Assignment,
-    CorrId,
     InstanceEvents,
     Recovery,
     SequenceStep,
@@ -18,10 +21,7 @@ from serve_app.inference.sequence import (
     StepResult,
     model_key,
 )
-from serve_app.runtime.instance import ModelInstance
-from serve_app.runtime.sequence_instance import SequenceInstance
-from serve_app.scheduling.sequence_batcher import SequenceBatchingConfig
-from serve_app.scheduling.sequence_router import SequenceRouter
+from serve_app.sequence.router import SequenceRouter
 from serve_app.service.catalog import ModelVersionEntry
 
 

@@ -1,7 +1,7 @@
 """One instance of a sequence model: its slots, their queues, their implicit state, one execution at a time.
 
 Steps arrive from gateways already assigned to a slot (by the sequence
-router); the pure :class:`~serve_app.scheduling.sequence_batcher.SequenceBatcher`
+router); the pure :class:`~serve_app.sequence.batcher.SequenceBatcher`
 decides what runs next; this driver turns its rows into one
 :class:`~serve_app.inference.execution.Execution` (request inputs, control
 tensors, input states), runs it off the event loop, keeps the output states
@@ -29,7 +29,11 @@ import numpy as np
 
 from serve_app.errors import Unavailable, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.sequence import (
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.sequence.batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
+from serve_app.sequence.controls import RowControl, SequenceControls
+from serve_app.sequence.implicit_state import ImplicitState
+from serve_app.sequence.messages import (
     InstanceEvents,
     PollEvents,
     RestoreSequence,
@@ -37,12 +41,7 @@ from serve_app.inference.sequence import (
     SlotEvent,
     StateBackup,
     StepResult,
-    describe,
 )
-from serve_app.inference.sequence_controls import RowControl, SequenceControls
-from serve_app.protos import model_config_pb2 as mc
-from serve_app.runtime.sequence_state import ImplicitState
-from serve_app.scheduling.sequence_batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
 
 Run = Callable[[Execution], Awaitable[ExecutionResult]]
 
@@ -106,7 +105,7 @@ class SequenceInstance:
         except StaleStep:
             return StepResult(not_here=True)
         for p in displaced:
-            err = Unavailable(f"sequence {describe(p.item.step.corr_id)} lost its slot to a new sequence")
+            err = Unavailable(f"sequence {p.item.step.corr_id} lost its slot to a new sequence")
             _resolve(p.item.future, StepResult(error=err))
         self._pump()
         return await job.future

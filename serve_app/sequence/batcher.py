@@ -26,8 +26,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from serve_app.inference.sequence import CorrId, SlotEvent
+from serve_app.inference.options import CorrId
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.sequence.messages import SlotEvent
 
 T = TypeVar("T")
 

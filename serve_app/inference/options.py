@@ -1,0 +1,91 @@
+"""What a request asks of its scheduler, read from its parameters once, with Triton's messages.
+
+Both protocols carry these in the request's ``parameters`` (tritonclient sends
+``priority`` as uint64 and ``timeout``, in microseconds, as int64 over gRPC;
+numbers over HTTP; ``sequence_id`` as an unsigned integer or a string).
+:func:`strip_reserved` runs in the codecs, as the parameters are decoded;
+the rest is checked with the rest of the request, before it is queued, so a
+bad value is a 400 / INVALID_ARGUMENT that counts nowhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+from serve_app.errors import InvalidArgument
+from serve_app.inference.types import InferRequest
+
+_UINT64_MAX = 2**64 - 1
+CorrId = int | str
+
+RESERVED_PREFIX = "triton_"
+# Keys a stock client may send that Triton accepts (and we ignore).
+ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
+
+
+def strip_reserved(params: MutableMapping[str, object]) -> None:
+    """Drop the reserved keys Triton tolerates; reject the others as Triton does."""
+    for key in [k for k in params if k.startswith(RESERVED_PREFIX)]:
+        if key not in ALLOWED_RESERVED:
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+            )
+        del params[key]
+
+
+def _unsigned(request: InferRequest, key: str) -> int:
+    value = request.parameters.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _UINT64_MAX:
+        raise InvalidArgument(
+            f"parameter '{key}' of the request for model '{request.model_name}' must be an unsigned integer, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def request_priority(request: InferRequest) -> int:
+    """0 (the default) or the requested priority level; levels out of range mean the default."""
+    return _unsigned(request, "priority")
+
+
+def request_timeout_us(request: InferRequest) -> int:
+    """The request's queue timeout in microseconds; 0 means none."""
+    return _unsigned(request, "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceFlags:
+    corr_id: CorrId
+    start: bool
+    end: bool
+
+
+def _flag(request: InferRequest, key: str) -> bool:
+    value = request.parameters.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(
+            f"parameter '{key}' of the request for model '{request.model_name}' must be a boolean, got {value!r}"
+        )
+    return value
+
+
+def sequence_flags(request: InferRequest) -> SequenceFlags:
+    """The sequence parameters of a request to a sequence model, checked as Triton checks them."""
+    corr = request.parameters.get("sequence_id", 0)
+    if isinstance(corr, bool) or not isinstance(corr, (int, str)):
+        raise InvalidArgument(
+            f"parameter 'sequence_id' of the request for model '{request.model_name}' must be an unsigned integer "
+            f"or a string, got {corr!r}"
+        )
+    if isinstance(corr, int) and not 0 <= corr <= _UINT64_MAX:
+        raise InvalidArgument(
+            f"parameter 'sequence_id' of the request for model '{request.model_name}' must be an unsigned 64-bit "
+            f"integer, got {corr}"
+        )
+    start, end = _flag(request, "sequence_start"), _flag(request, "sequence_end")
+    if corr == 0 or corr == "":
+        raise InvalidArgument(
+            f"inference request to model '{request.model_name}' must specify a non-zero or non-empty correlation ID"
+        )
+    return SequenceFlags(corr, start, end)

@@ -1,0 +1,48 @@
+"""How large a request the server takes.
+
+A request's cost is decided by what it declares (Content-Length, JSON nesting, shapes, how many
+inputs and outputs) long before its tensors exist, so each limit is a number checked against the
+declaration (``serve_app/protocol/limits.py`` holds the checks both front ends call).
+
+Defaults:
+
+- ``max_body_bytes`` 256 MiB.  Triton's HTTP default is 64 MiB (``--http-max-input-size``) but its
+  gRPC takes up to 2 GiB, and this one limit covers both protocols (gRPC's max receive message
+  size follows it): 256 MiB keeps large-tensor gRPC clients working while bounding what one request
+  can make a gateway hold (a JSON body expands several times once parsed).
+- ``max_tensor_elements`` 2**28: what a 256 MiB body can carry in one-byte elements, so with the
+  default body limit it only refuses shapes no body could fill; lower it to cap memory per request.
+- ``max_json_depth`` 64: a request nests 4 levels plus one per tensor dimension of nested ``data``.
+- ``max_inputs`` / ``max_outputs`` 1024: far above real models (wide recommender models have a few
+  hundred inputs), far below what a body could list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+MiB = 2**20
+GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # grpc's own ceiling for a message size option
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    max_body_bytes: int = 256 * MiB
+    max_tensor_elements: int = 2**28
+    max_json_depth: int = 64
+    max_inputs: int = 1024
+    max_outputs: int = 1024
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"request limit {f.name} must be a positive integer, got {value!r}")
+
+    @property
+    def grpc_max_receive_bytes(self) -> int:
+        """The gRPC server's max receive message size: the body limit, within grpc's own range."""
+        return min(self.max_body_bytes, GRPC_MAX_MESSAGE_BYTES)
+
+
+DEFAULT_LIMITS = RequestLimits()

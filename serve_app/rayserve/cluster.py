@@ -1,0 +1,31 @@
+"""What the Ray cluster has: its GPUs and the per-GPU resources its nodes declare."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ray
+
+from serve_app.placement import DEFAULT_GPU_RESOURCE_PREFIX, ClusterGpus
+from serve_app.settings import ServerSettings
+
+
+def cluster_gpus(prefix: str = DEFAULT_GPU_RESOURCE_PREFIX) -> ClusterGpus:
+    """The live nodes' GPUs and the per-GPU resources (``<prefix><index>``) they declare."""
+    return ClusterGpus.from_nodes((n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")), prefix)
+
+
+def wait_for_gpus(settings: ServerSettings, report: Any = print, poll_s: float = 2.0) -> ClusterGpus:
+    """The cluster's GPUs once at least ``settings.wait_for_gpus`` have joined (or the wait ran out)."""
+    gpus = cluster_gpus(settings.gpu_resource_prefix)
+    if gpus.total >= settings.wait_for_gpus:
+        return gpus
+    report(f"waiting up to {settings.wait_for_gpus_s:.0f}s for {settings.wait_for_gpus} GPU(s); {gpus.total} joined")
+    deadline = time.monotonic() + settings.wait_for_gpus_s
+    while gpus.total < settings.wait_for_gpus and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        gpus = cluster_gpus(settings.gpu_resource_prefix)
+    if gpus.total < settings.wait_for_gpus:
+        report(f"only {gpus.total} of {settings.wait_for_gpus} GPU(s) joined; planning instances with those")
+    return gpus

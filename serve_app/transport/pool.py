@@ -1,0 +1,43 @@
+"""Connections to instances and the router, shared by every model version a gateway serves."""
+
+from __future__ import annotations
+
+import asyncio
+
+from serve_app.transport.channel import ChannelBroken, ChannelClient
+
+
+class ChannelPool:
+    """One connection per address, opened on first use and again after it breaks."""
+
+    def __init__(self, token: bytes) -> None:
+        self._token = token
+        self._clients: dict[tuple[str, int], ChannelClient] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def get(self, address: tuple[str, int]) -> ChannelClient:
+        client = self._clients.get(address)
+        if client is not None and not client.closed:
+            return client
+        lock = self._locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(address)
+            if client is not None and not client.closed:
+                return client
+            client = ChannelClient(address)
+            try:
+                await client.connect(self._token)
+            except (OSError, asyncio.TimeoutError) as exc:
+                raise ChannelBroken(f"cannot reach {address[0]}:{address[1]}: {exc}") from None
+            self._clients[address] = client
+            return client
+
+    def peek(self, address: tuple[str, int]) -> ChannelClient | None:
+        """The open connection to ``address``, if there is one (no waiting)."""
+        client = self._clients.get(address)
+        return client if client is not None and not client.closed else None
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
