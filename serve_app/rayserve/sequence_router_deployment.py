@@ -213,7 +213,7 @@ class SequenceRouterDeployment:
         record = self.core.backup_of(key, restore.corr_id)  # may be newer than when the slot was given
         states, no = (record.states, record.no) if record is not None else (restore.states, restore.no)
         if client is not None:
-            message = RestoreSequence(target.slot, restore.corr_id, target.generation, states, no)
+            message = RestoreSequence(target.slot, restore.corr_id, target.slot_token, states, no)
             try:
                 ok = bool(await asyncio.wait_for(client.call(message), POLL_TIMEOUT_S))
                 reason = "its new instance refused it"

@@ -6,7 +6,7 @@ maps, lifted out of the instances so that it spans replicas and nodes):
 - a START for a new correlation ID takes a free slot on the instance with the
   most free slots (lowest slot first), or joins the ordered backlog when every
   slot is taken;
-- a START for an active ID keeps its slot under a new generation (the instance
+- a START for an active ID keeps its slot under a new slot token (the instance
   restarts the sequence after its queued requests);
 - when an instance releases a slot (END executed, or idle timeout) the oldest
   backlogged sequence gets it;
@@ -96,7 +96,7 @@ class SequenceAssigner:
                 continue
             inst.owners[e.slot] = e.corr_id  # held until the instance releases it, even if the ID lives elsewhere
             if e.corr_id not in self.active:
-                self.active[e.corr_id] = Assignment(instance, address, e.slot, e.generation)
+                self.active[e.corr_id] = Assignment(instance, address, e.slot, e.slot_token)
         return self._admit()
 
     def remove_instance(self, instance: str, reason: str, now_ns: int = 0, restore: bool = True) -> list[CorrId]:
@@ -141,9 +141,9 @@ class SequenceAssigner:
             self._lost_from.pop(corr_id, None)
         current = self.active.get(corr_id)
         if current is not None:
-            # A restart keeps the slot under a new generation, so a release of the old one that is still
+            # A restart keeps the slot under a new slot token, so a release of the old one that is still
             # on its way (END already ran) can't free the slot under the restarted sequence.
-            restarted = replace(current, generation=secrets.randbits(62))
+            restarted = replace(current, slot_token=secrets.randbits(62))
             self.active[corr_id] = restarted
             return restarted
         if corr_id in self._backlog:
@@ -173,14 +173,14 @@ class SequenceAssigner:
             "START flag on the first request of the sequence"
         )
 
-    def release(self, instance: str, slot: int, corr_id: CorrId, generation: int) -> list[tuple[CorrId, Assignment]]:
+    def release(self, instance: str, slot: int, corr_id: CorrId, slot_token: int) -> list[tuple[CorrId, Assignment]]:
         """An instance freed ``slot`` (its sequence ended or timed out).  Returns admitted backlog entries."""
         inst = self._instances.get(instance)
         if inst is None or inst.owners.get(slot) != corr_id:
             return []
         current = self.active.get(corr_id)
         if current is not None and current.instance == instance and current.slot == slot:
-            if current.generation != generation:
+            if current.slot_token != slot_token:
                 return []  # released by an older owner of the same ID: the current one keeps it
             del self.active[corr_id]
             self.backups.drop(corr_id)
@@ -209,25 +209,25 @@ class SequenceAssigner:
             if now_ns - since >= self.grace_ns:
                 del inst.unseen[slot]
                 current = self.active.get(corr)
-                generation = current.generation if current is not None and current.instance == instance else 0
-                admitted += self.release(instance, slot, corr, generation)
+                slot_token = current.slot_token if current is not None and current.instance == instance else 0
+                admitted += self.release(instance, slot, corr, slot_token)
         return admitted
 
     # -- state backups and restores ---------------------------------------------------------
     def backed_up(self, instance: str, backups: tuple[StateBackup, ...]) -> None:
         """Keep the states sent (by ``instance``, or by gateways naming theirs), each if that instance still
-        holds the sequence in that slot and generation."""
+        holds the sequence in that slot and slot token."""
         for b in backups:
             current = self.active.get(b.corr_id)
             owner = b.instance or instance
             if current is not None and current.instance == owner:
-                if current.slot == b.slot and current.generation == b.generation:
+                if current.slot == b.slot and current.slot_token == b.slot_token:
                     self.backups.store(b)
             elif self._lost_from.get(b.corr_id) == owner:
                 # A step answered just before its instance died, passed on after the router saw it die: still
                 # the sequence's latest state (restores read the record when they are sent).
                 record = self.backups.get(b.corr_id)
-                if record is not None and record.generation == b.generation:
+                if record is not None and record.slot_token == b.slot_token:
                     self.backups.store(b)
 
     def take_restores(self) -> list[Restore]:
@@ -248,7 +248,7 @@ class SequenceAssigner:
         held = inst is not None and inst.owners.get(assignment.slot) == corr_id
         if ok and held:
             self.active[corr_id] = assignment
-            self.backups.moved(corr_id, assignment.generation)
+            self.backups.moved(corr_id, assignment.slot_token)
             return [(corr_id, assignment)], False
         self.backups.drop(corr_id)
         self._remember_lost(corr_id, reason)

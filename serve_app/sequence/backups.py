@@ -24,7 +24,7 @@ RECENT = 4  # answers kept per sequence
 
 @dataclass(slots=True)
 class BackupRecord:
-    generation: int
+    slot_token: int
     states: dict[str, np.ndarray]
     no: int = 0
     recent: deque[tuple[int, dict[str, np.ndarray]]] = field(default_factory=lambda: deque(maxlen=RECENT))
@@ -43,8 +43,8 @@ class SequenceBackups:
     def store(self, backup: StateBackup) -> None:
         """Keep ``backup`` as the sequence's state (the caller checked that it comes from its owner)."""
         record = self._records.get(backup.corr_id)
-        if record is None or record.generation != backup.generation:
-            record = BackupRecord(backup.generation, backup.states, backup.no)
+        if record is None or record.slot_token != backup.slot_token:
+            record = BackupRecord(backup.slot_token, backup.states, backup.no)
             self._records[backup.corr_id] = record
         elif backup.no >= record.no:  # backups of one sequence may arrive out of order through several gateways
             record.states, record.no = backup.states, backup.no
@@ -57,11 +57,11 @@ class SequenceBackups:
     def get(self, corr_id: CorrId) -> BackupRecord | None:
         return self._records.get(corr_id)
 
-    def moved(self, corr_id: CorrId, generation: int) -> None:
-        """The sequence was restored under a new generation: later backups come with it."""
+    def moved(self, corr_id: CorrId, slot_token: int) -> None:
+        """The sequence was restored under a new slot_token: later backups come with it."""
         record = self._records.get(corr_id)
         if record is not None:
-            record.generation = generation
+            record.slot_token = slot_token
 
     def drop(self, corr_id: CorrId) -> None:
         self._records.pop(corr_id, None)

@@ -1,7 +1,7 @@
 """Batch formation for one instance of a sequence model, as a pure function of its slots and the time.
 
 Each slot holds at most one sequence (its owner: correlation ID and the
-generation the router gave it) and that sequence's queued requests, in order.
+slot_token the router gave it) and that sequence's queued requests, in order.
 
 - **direct**: an execution covers slots ``0 .. highest occupied``; each slot
   with a queued request contributes its oldest one, the others are empty rows
@@ -86,7 +86,7 @@ class Pending(Generic[T]):
 @dataclass(slots=True)
 class _Slot(Generic[T]):
     corr_id: CorrId
-    generation: int
+    slot_token: int
     last_ns: int
     queue: deque[Pending[T]] = field(default_factory=deque)
     inflight: int = 0
@@ -111,7 +111,7 @@ class SequenceBatcher(Generic[T]):
     def __init__(self, config: SequenceBatchingConfig) -> None:
         self.config = config
         self._slots: list[_Slot[T] | None] = [None] * config.slots
-        # The generation each slot last released: a late START of that owner (sent before the router
+        # The slot token each slot last released: a late START of that owner (sent before the router
         # learnt of the release) must not take the slot back, or the router would give it out twice.
         self._released: list[int] = [0] * config.slots
         self._max_preferred = max(config.preferred, default=config.max_batch_size)
@@ -121,7 +121,7 @@ class SequenceBatcher(Generic[T]):
         self,
         slot: int,
         corr_id: CorrId,
-        generation: int,
+        slot_token: int,
         item: T,
         *,
         start: bool,
@@ -129,25 +129,25 @@ class SequenceBatcher(Generic[T]):
         now_ns: int,
         shape_key: object = None,
     ) -> list[Pending[T]]:
-        """Queue a step in its slot.  A START with a new generation restarts the slot's sequence when the
+        """Queue a step in its slot.  A START with a new slot token restarts the slot's sequence when the
         ID is the same (its queued requests still run first); with another ID it takes the slot over and
         returns the requests of the previous owner, which will never run.  Raises :class:`StaleStep` for a step of a
         sequence this slot does not hold."""
         if not 0 <= slot < len(self._slots):
             raise StaleStep(f"slot {slot} does not exist")
         current = self._slots[slot]
-        owned = current is not None and current.generation == generation and current.corr_id == corr_id
+        owned = current is not None and current.slot_token == slot_token and current.corr_id == corr_id
         displaced: list[Pending[T]] = []
         if not start and (current is None or not owned or current.ending):
             raise StaleStep(f"slot {slot} does not hold sequence {corr_id}")
-        if start and not owned and generation == self._released[slot]:
-            raise StaleStep(f"slot {slot} already released generation {generation}")
+        if start and not owned and slot_token == self._released[slot]:
+            raise StaleStep(f"slot {slot} already released slot_token {slot_token}")
         if current is not None and not owned and current.corr_id == corr_id:
-            current.generation = generation  # a restart: earlier requests still run first, then it starts anew
+            current.slot_token = slot_token  # a restart: earlier requests still run first, then it starts anew
         elif current is None or not owned:
             if current is not None:
                 displaced = list(current.queue)
-            current = _Slot(corr_id, generation, now_ns)
+            current = _Slot(corr_id, slot_token, now_ns)
             self._slots[slot] = current
         current.queue.append(Pending(item, start, end, now_ns, shape_key))
         current.last_ns = now_ns
@@ -231,8 +231,8 @@ class SequenceBatcher(Generic[T]):
             s.inflight -= 1
             if row.pending.end and s.ending and not s.queue and s.inflight == 0:
                 self._slots[row.slot] = None
-                self._released[row.slot] = s.generation
-                released.append(SlotEvent(row.slot, s.corr_id, s.generation))
+                self._released[row.slot] = s.slot_token
+                released.append(SlotEvent(row.slot, s.corr_id, s.slot_token))
         return released
 
     def expire_idle(self, now_ns: int) -> list[SlotEvent]:
@@ -241,8 +241,8 @@ class SequenceBatcher(Generic[T]):
         for i, s in enumerate(self._slots):
             if s is not None and not s.queue and s.inflight == 0 and now_ns - s.last_ns >= self.config.idle_ns:
                 self._slots[i] = None
-                self._released[i] = s.generation
-                released.append(SlotEvent(i, s.corr_id, s.generation))
+                self._released[i] = s.slot_token
+                released.append(SlotEvent(i, s.corr_id, s.slot_token))
         return released
 
     def idle_wait_ns(self, now_ns: int) -> int:
@@ -252,19 +252,19 @@ class SequenceBatcher(Generic[T]):
         ]
         return max(min(deadlines) - now_ns, 1_000) if deadlines else 0
 
-    def adopt(self, slot: int, corr_id: CorrId, generation: int, now_ns: int) -> bool:
+    def adopt(self, slot: int, corr_id: CorrId, slot_token: int, now_ns: int) -> bool:
         """Take over a sequence restored from another instance into a free slot (False if not free)."""
         if not 0 <= slot < len(self._slots) or self._slots[slot] is not None:
             return False
-        self._slots[slot] = _Slot(corr_id, generation, now_ns)
+        self._slots[slot] = _Slot(corr_id, slot_token, now_ns)
         return True
 
     def occupied(self) -> list[SlotEvent]:
-        return [SlotEvent(i, s.corr_id, s.generation) for i, s in enumerate(self._slots) if s is not None]
+        return [SlotEvent(i, s.corr_id, s.slot_token) for i, s in enumerate(self._slots) if s is not None]
 
     def owner(self, slot: int) -> tuple[CorrId, int] | None:
         s = self._slots[slot] if 0 <= slot < len(self._slots) else None
-        return None if s is None else (s.corr_id, s.generation)
+        return None if s is None else (s.corr_id, s.slot_token)
 
     @property
     def queued(self) -> int:

@@ -95,7 +95,7 @@ class SequenceInstance:
             displaced = self.batcher.enqueue(
                 step.slot,
                 step.corr_id,
-                step.generation,
+                step.slot_token,
                 job,
                 start=step.start,
                 end=step.end,
@@ -254,13 +254,13 @@ class SequenceInstance:
         self._steps[slot] = no
         self._last[slot] = (step.step_id, outputs)
         held = self.state.held(slot) or {}
-        return StateBackup(step.corr_id, slot, step.generation, held, self.id, no)
+        return StateBackup(step.corr_id, slot, step.slot_token, held, self.id, no)
 
     def restore(self, message: RestoreSequence) -> bool:
         """Hold a sequence the router moved here from a lost instance, with its last backed-up state."""
         if any(s.input_name not in message.states for s in self.state.specs):
             return False
-        if not self.batcher.adopt(message.slot, message.corr_id, message.generation, self._clock()):
+        if not self.batcher.adopt(message.slot, message.corr_id, message.slot_token, self._clock()):
             return False
         self.state.put(message.slot, message.states)
         self._last.pop(message.slot, None)
@@ -301,7 +301,7 @@ class SequenceInstance:
                 if held is not None:
                     step_id, outputs = self._last.get(e.slot, (0, None))
                     no = self._steps.get(e.slot, 0)
-                    backups.append(StateBackup(e.corr_id, e.slot, e.generation, held, self.id, no, step_id, outputs))
+                    backups.append(StateBackup(e.corr_id, e.slot, e.slot_token, held, self.id, no, step_id, outputs))
         self._events.clear()
         return InstanceEvents(self.id, released, occupied, self.draining, tuple(backups))
 

@@ -20,14 +20,14 @@ from serve_app.inference.options import CorrId
 class Assignment:
     """Where a sequence lives: an instance (by id and channel address) and a slot in it.
 
-    ``generation`` is drawn anew each time a slot is given to a sequence, so an
+    ``slot_token`` is drawn anew each time a slot is given to a sequence, so an
     instance can tell a current owner from a stale one with the same ID.
     """
 
     instance: str
     address: tuple[str, int]
     slot: int
-    generation: int
+    slot_token: int
 
 
 @dataclass(slots=True)
@@ -36,7 +36,7 @@ class SequenceStep:
 
     corr_id: CorrId
     slot: int
-    generation: int
+    slot_token: int
     start: bool
     end: bool
     inputs: dict[str, np.ndarray]
@@ -88,7 +88,7 @@ class PollEvents:
 class SlotEvent:
     slot: int
     corr_id: CorrId
-    generation: int
+    slot_token: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ class StateBackup:
 
     corr_id: CorrId
     slot: int
-    generation: int
+    slot_token: int
     states: dict[str, np.ndarray]
     instance: str = ""
     no: int = 0
@@ -130,7 +130,7 @@ class RestoreSequence:
 
     slot: int
     corr_id: CorrId
-    generation: int
+    slot_token: int
     states: dict[str, np.ndarray]
     no: int = 0  # the steps the sequence has run: the next backup is numbered after them
 

@@ -212,7 +212,7 @@ class SequenceRouter:
         and slots given out but never taken up are reclaimed after the grace period."""
         table = self.assigner(key)
         for e in events.released:
-            self._admitted(key, table.release(events.instance, e.slot, e.corr_id, e.generation))
+            self._admitted(key, table.release(events.instance, e.slot, e.corr_id, e.slot_token))
         if now_ns is not None:
             self._admitted(key, table.reconcile(events.instance, events.occupied, now_ns))
             self.expire_restores(now_ns)

@@ -116,7 +116,7 @@ class SequenceScheduler:
             if previous is not None:
                 await asyncio.shield(previous)
             place = await self._place(corr, flags.start)
-            step.slot, step.generation = place.slot, place.generation
+            step.slot, step.slot_token = place.slot, place.slot_token
             try:
                 pending: asyncio.Future[StepResult] | Unavailable = await self._port.dispatch(place, step)
             except Unavailable as exc:
@@ -211,7 +211,7 @@ class SequenceScheduler:
         return place
 
     async def _dispatch(self, place: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
-        step.slot, step.generation = place.slot, place.generation
+        step.slot, step.slot_token = place.slot, place.slot_token
         try:
             return await self._port.dispatch(place, step)
         except Unavailable as exc:

@@ -27,7 +27,7 @@ def where(a: Assignment | None) -> tuple[str, int]:
 
 def release(a: SequenceAssigner, corr: int | str) -> list[tuple[int | str, Assignment]]:
     place = a.active[corr]
-    return a.release(place.instance, place.slot, corr, place.generation)
+    return a.release(place.instance, place.slot, corr, place.slot_token)
 
 
 def test_slots_per_instance_at_least_one() -> None:
@@ -82,7 +82,7 @@ def test_generations_differ_per_placement() -> None:
     release(a, 1)
     second = a.start(1)
     assert first is not None and second is not None
-    assert where(first) == where(second) and first.generation != second.generation
+    assert where(first) == where(second) and first.slot_token != second.slot_token
 
 
 def test_start_for_an_active_id_keeps_its_slot_under_a_new_generation() -> None:
@@ -90,13 +90,13 @@ def test_start_for_an_active_id_keeps_its_slot_under_a_new_generation() -> None:
     first = a.start(1)
     again = a.start(1)  # the instance restarts the sequence in the same slot
     assert first is not None and again is not None
-    assert where(again) == where(first) and again.generation != first.generation
+    assert where(again) == where(first) and again.slot_token != first.slot_token
     assert a.active[1] == again and a.lookup(1) == again
     assert a.free_slots() == 1
-    # The release of the old generation (its END ran before the restart) does not free the slot.
-    assert a.release("A", first.slot, 1, first.generation) == []
+    # The release of the old slot_token (its END ran before the restart) does not free the slot.
+    assert a.release("A", first.slot, 1, first.slot_token) == []
     assert a.active[1] == again and a.free_slots() == 1
-    a.release("A", again.slot, 1, again.generation)
+    a.release("A", again.slot, 1, again.slot_token)
     assert a.active == {} and a.free_slots() == 2
 
 
@@ -194,7 +194,7 @@ def test_release_from_a_removed_instance_is_ignored() -> None:
     p = a.start(1)
     assert p is not None
     a.remove_instance(p.instance, "gone")
-    assert a.release(p.instance, p.slot, 1, p.generation) == []
+    assert a.release(p.instance, p.slot, 1, p.slot_token) == []
     with pytest.raises(Unavailable, match="was lost"):
         a.lookup(1)
 
@@ -227,18 +227,18 @@ def test_release_with_a_stale_generation_is_ignored() -> None:
     p = a.start(1)
     a.start(2)  # backlogged
     assert p is not None
-    assert a.release("A", p.slot, 1, p.generation + 1) == []
+    assert a.release("A", p.slot, 1, p.slot_token + 1) == []
     assert a.active[1] == p and a.backlog == [2]
-    assert [c for c, _ in a.release("A", p.slot, 1, p.generation)] == [2]
+    assert [c for c, _ in a.release("A", p.slot, 1, p.slot_token)] == [2]
 
 
 def test_release_of_a_slot_owned_by_another_id_is_ignored() -> None:
     a = assigner(slots=2)
     p1, p2 = a.start(1), a.start(2)
     assert p1 is not None and p2 is not None
-    assert a.release("A", p1.slot, 2, p2.generation) == []  # wrong slot for 2
-    assert a.release("A", 5, 1, p1.generation) == []  # no such slot
-    assert a.release("X", p1.slot, 1, p1.generation) == []  # no such instance
+    assert a.release("A", p1.slot, 2, p2.slot_token) == []  # wrong slot for 2
+    assert a.release("A", 5, 1, p1.slot_token) == []  # no such slot
+    assert a.release("X", p1.slot, 1, p1.slot_token) == []  # no such instance
     assert set(a.active) == {1, 2} and a.free_slots() == 0
 
 
@@ -251,7 +251,7 @@ def test_add_instance_with_occupied_slots_rebuilds_the_table() -> None:
     assert a.free_slots() == 1
     assert where(a.start(9)) == ("A", 1)
     assert a.start(10) is None
-    # The rebuilt owner releases with its generation: the slot goes to the backlog.
+    # The rebuilt owner releases with its slot_token: the slot goes to the backlog.
     assert [(c, where(p)) for c, p in a.release("A", 2, 7, 111)] == [(10, ("A", 2))]
 
 
@@ -303,7 +303,7 @@ def test_reconcile_keeps_slots_the_instance_holds() -> None:
     a.add_instance("A", ("a", 1))
     p = a.start(1)
     assert p is not None
-    held = (SlotEvent(p.slot, 1, p.generation),)
+    held = (SlotEvent(p.slot, 1, p.slot_token),)
     assert a.reconcile("A", (), 0) == []
     assert a.reconcile("A", held, 50) == []  # taken up: the clock stops
     assert a.reconcile("A", (), 60) == []  # missing again: a new grace period from now

@@ -1,4 +1,4 @@
-"""SequenceBackups: the router's latest state of each sequence (the highest step number of its generation, whatever
+"""SequenceBackups: the router's latest state of each sequence (the highest step number of its slot_token, whatever
 order backups arrive in) and the answers of its last RECENT steps carried by instance snapshots."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_store_keeps_the_latest_state_and_its_number() -> None:
     assert state_of(store, 7) == [3]
     assert len(store) == 1
     record = store.get(7)
-    assert record is not None and (record.generation, record.no) == (1, 2)
+    assert record is not None and (record.slot_token, record.no) == (1, 2)
 
 
 def test_a_lower_number_of_the_same_generation_is_ignored() -> None:
@@ -101,9 +101,9 @@ def test_a_new_generation_replaces_the_record_whatever_its_number() -> None:
     store.store(backup(7, 5, gen=1, no=9, step_id=11, answer=5))
     store.store(backup(7, 1, gen=2, no=1))  # the sequence was restarted: numbered from 1 again
     record = store.get(7)
-    assert record is not None and (record.generation, record.no) == (2, 1)
+    assert record is not None and (record.slot_token, record.no) == (2, 1)
     assert state_of(store, 7) == [1]
-    assert store.answer(7, 11) is None  # the old generation's answers are gone
+    assert store.answer(7, 11) is None  # the old slot_token's answers are gone
     assert len(store) == 1
     store.store(backup(7, 2, gen=2, no=2))
     assert state_of(store, 7) == [2]
@@ -183,7 +183,7 @@ def test_moved_keeps_state_answers_and_number_under_the_new_generation() -> None
     store.store(backup(7, 5, gen=1, no=3, step_id=11, answer=5))
     store.moved(7, 9)
     record = store.get(7)
-    assert record is not None and (record.generation, record.no) == (9, 3)
+    assert record is not None and (record.slot_token, record.no) == (9, 3)
     assert state_of(store, 7) == [5]
     assert answered(store, 7, 11) == [5]
     # The restored sequence goes on numbering after its restore (RestoreSequence.no): same record.

@@ -327,7 +327,7 @@ def test_stale_step_after_end_is_queued() -> None:
 def test_start_after_queued_end_of_the_same_owner_reopens_the_sequence() -> None:
     b = direct(slots=1)
     put(b, 0, "a0", corr=7, start=True, end=True)
-    assert put(b, 0, "b0", corr=7, start=True) == []  # same generation: queued behind the END, nothing displaced
+    assert put(b, 0, "b0", corr=7, start=True) == []  # same slot_token: queued behind the END, nothing displaced
     d = b.next_batch(0)
     assert items(d) == ["a0"]
     assert b.finish(d.rows) == []  # the END ran, but the slot was reopened by the START
@@ -359,7 +359,7 @@ def test_start_with_a_new_generation_of_the_same_id_restarts_after_its_queued_re
     assert put(b, 0, "b0", corr=7, gen=2, start=True) == []  # nothing displaced
     assert b.owner(0) == (7, 2)
     with pytest.raises(StaleStep):
-        put(b, 0, "a2", corr=7, gen=1)  # the old generation's later steps are stale
+        put(b, 0, "a2", corr=7, gen=1)  # the old slot_token's later steps are stale
     put(b, 0, "b1", corr=7, gen=2, end=True)
     runs = []
     while (d := b.next_batch(0)).rows:
@@ -371,7 +371,7 @@ def test_late_start_of_a_released_generation_is_stale() -> None:
     b = direct(slots=1, idle_ns=10)
     put(b, 0, "a0", corr=7, gen=5, start=True, end=True)
     assert b.finish(b.next_batch(0).rows) == [SlotEvent(0, 7, 5)]
-    # A START carrying the generation the slot just released must not take the slot back.
+    # A START carrying the slot_token the slot just released must not take the slot back.
     with pytest.raises(StaleStep):
         put(b, 0, "late", corr=7, gen=5, start=True)
     put(b, 0, "b0", corr=7, gen=6, start=True)

@@ -90,7 +90,7 @@ def test_model_key() -> None:
 def test_step_and_result_survive_pickling() -> None:
     step = SequenceStep("s", 2, 99, True, False, {"IN": np.arange(3, dtype=np.int32)}, ("OUT",), 1)
     back = pickle.loads(pickle.dumps(step))
-    assert (back.corr_id, back.slot, back.generation, back.start, back.end, back.outputs, back.batch_size) == (
+    assert (back.corr_id, back.slot, back.slot_token, back.start, back.end, back.outputs, back.batch_size) == (
         "s",
         2,
         99,

@@ -343,7 +343,7 @@ async def test_stale_steps_are_not_here() -> None:
     inst, model, _ = make()
     assert (await inst.step(step(7, 0, 1))).not_here  # nothing in the slot
     await inst.step(step(7, 0, 1, gen=5, start=True))
-    assert (await inst.step(step(7, 0, 1, gen=6))).not_here  # another generation
+    assert (await inst.step(step(7, 0, 1, gen=6))).not_here  # another slot_token
     assert (await inst.step(step(8, 0, 1, gen=5))).not_here  # another ID
     assert (await inst.step(step(7, 9, 1, gen=5, start=True))).not_here  # no such slot
     await inst.step(step(7, 0, 1, gen=5, end=True))
@@ -378,7 +378,7 @@ async def test_restart_under_a_new_generation_runs_the_queued_steps_first() -> N
     model.go()
     assert [out(await t) for t in (first, second, restart)] == [[5], [6], [2]]
     assert [col(ex, "START") for ex in model.executions] == [[1], [0], [1]]
-    assert (await inst.step(step(7, 0, 1, gen=1))).not_here  # the old generation is gone
+    assert (await inst.step(step(7, 0, 1, gen=1))).not_here  # the old slot_token is gone
     assert out(await inst.step(step(7, 0, 3, gen=2, end=True))) == [5]
 
 

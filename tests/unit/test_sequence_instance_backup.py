@@ -153,11 +153,11 @@ def state(value: int) -> dict[str, np.ndarray]:
 
 
 def summary(b: StateBackup | None) -> tuple | None:
-    """A backup as plain values: (corr, slot, generation, states, instance, no, step_id, answer)."""
+    """A backup as plain values: (corr, slot, slot_token, states, instance, no, step_id, answer)."""
     if b is None:
         return None
     answer = None if b.outputs is None else b.outputs["OUTPUT"].ravel().tolist()
-    return (b.corr_id, b.slot, b.generation, states(b), b.instance, b.no, b.step_id, answer)
+    return (b.corr_id, b.slot, b.slot_token, states(b), b.instance, b.no, b.step_id, answer)
 
 
 async def run(inst: SequenceInstance, s: SequenceStep) -> StepResult:
@@ -235,7 +235,7 @@ async def test_numbering_restarts_at_start() -> None:
     inst, _, _ = make()
     await run(inst, step(7, 0, 1, gen=1, start=True))
     assert (await run(inst, step(7, 0, 1, gen=1))).backup.no == 2  # type: ignore[union-attr]
-    # Restarted in its slot under a new generation: a new sequence, numbered from 1.
+    # Restarted in its slot under a new slot_token: a new sequence, numbered from 1.
     again = await run(inst, step(7, 0, 5, gen=2, start=True))
     assert summary(again.backup) == (7, 0, 2, [5], INSTANCE, 1, 0, None)
     assert summary((await run(inst, step(7, 0, 1, gen=2))).backup) == (7, 0, 2, [6], INSTANCE, 2, 0, None)

@@ -53,14 +53,14 @@ def backup_for(
     step ran on; the router fills in the polled instance for a snapshot's that names none)."""
     outputs = None if answer is None else {"OUTPUT": np.array([[answer]], dtype=np.int32)}
     return StateBackup(
-        corr, place.slot, place.generation, state(value), instance=instance, no=no, step_id=step_id, outputs=outputs
+        corr, place.slot, place.slot_token, state(value), instance=instance, no=no, step_id=step_id, outputs=outputs
     )
 
 
 def next_no(a: SequenceAssigner, corr: int | str) -> int:
     """The number the sequence's owner gives its next step (as an instance counts them)."""
     record = a.backups.get(corr)
-    return record.no + 1 if record is not None and record.generation == a.active[corr].generation else 1
+    return record.no + 1 if record is not None and record.slot_token == a.active[corr].slot_token else 1
 
 
 def back_up(a: SequenceAssigner, corr: int | str, value: int, *, no: int | None = None) -> None:
@@ -102,9 +102,9 @@ def test_backed_up_only_from_the_current_owner() -> None:
     assert place is not None and place.instance == "A"
     other = "B"
     a.backed_up(other, (backup_for(place, 1, 5),))  # another instance
-    a.backed_up(place.instance, (StateBackup(1, place.slot + 1, place.generation, state(5)),))  # another slot
-    a.backed_up(place.instance, (StateBackup(1, place.slot, place.generation + 1, state(5)),))  # another generation
-    a.backed_up(place.instance, (StateBackup(2, place.slot, place.generation, state(5)),))  # a sequence not active
+    a.backed_up(place.instance, (StateBackup(1, place.slot + 1, place.slot_token, state(5)),))  # another slot
+    a.backed_up(place.instance, (StateBackup(1, place.slot, place.slot_token + 1, state(5)),))  # another slot_token
+    a.backed_up(place.instance, (StateBackup(2, place.slot, place.slot_token, state(5)),))  # a sequence not active
     assert 1 not in a.backups and 2 not in a.backups and len(a.backups) == 0
     a.backed_up(place.instance, (backup_for(place, 1, 5),))
     assert stored(a, 1) == [5]
@@ -157,14 +157,14 @@ def test_backup_of_a_restarted_sequence_under_its_old_generation_is_ignored() ->
     old = a.start(1)
     assert old is not None
     back_up(a, 1, 4)
-    new = a.start(1)  # restarted: same slot, new generation
-    assert new is not None and new.generation != old.generation
-    a.backed_up("A", (backup_for(old, 1, 9),))  # a late backup of the old generation
+    new = a.start(1)  # restarted: same slot, new slot_token
+    assert new is not None and new.slot_token != old.slot_token
+    a.backed_up("A", (backup_for(old, 1, 9),))  # a late backup of the old slot_token
     assert stored(a, 1) == [4]
-    back_up(a, 1, 1)  # the new generation's: replaces the record
+    back_up(a, 1, 1)  # the new slot_token's: replaces the record
     assert stored(a, 1) == [1]
     record = a.backups.get(1)
-    assert record is not None and record.generation == new.generation
+    assert record is not None and record.slot_token == new.slot_token
 
 
 def test_release_drops_the_backup() -> None:
@@ -172,7 +172,7 @@ def test_release_drops_the_backup() -> None:
     place = a.start(1)
     assert place is not None
     back_up(a, 1, 3)
-    assert a.release(place.instance, place.slot, 1, place.generation) == []
+    assert a.release(place.instance, place.slot, 1, place.slot_token) == []
     assert 1 not in a.backups
     with pytest.raises(InvalidArgument, match="START flag"):
         a.lookup(1)
@@ -184,7 +184,7 @@ def test_stale_release_keeps_the_backup() -> None:
     assert old is not None
     a.start(1)
     back_up(a, 1, 3)
-    a.release(old.instance, old.slot, 1, old.generation)  # the old generation's END, late
+    a.release(old.instance, old.slot, 1, old.slot_token)  # the old slot_token's END, late
     assert stored(a, 1) == [3]
 
 
@@ -208,7 +208,7 @@ def test_remove_instance_queues_backed_up_sequences_for_restore() -> None:
     assert restore.corr_id == 1
     assert where(restore.assignment) == ("B", 1)
     assert restore.assignment.address == ("b", 9000)
-    assert restore.assignment.generation != p1.generation  # type: ignore[union-attr]
+    assert restore.assignment.slot_token != p1.slot_token  # type: ignore[union-attr]
     assert restore.states["STATE"].tolist() == [7] and restore.no == 1
     assert a.take_restores() == []  # each is handed out once
     assert a.lookup(1) is None  # still restoring until restored()
@@ -227,7 +227,7 @@ def test_restored_ok_makes_it_active() -> None:
     assert a.lookup(1) == restore.assignment
     assert a.restoring() == 0
     record = a.backups.get(1)
-    assert record is not None and record.generation == restore.assignment.generation
+    assert record is not None and record.slot_token == restore.assignment.slot_token
     assert a.backups.answer(1, 11) is not None  # the answers survive the move
     back_up(a, 1, 9)  # the new owner's backups are accepted
     assert stored(a, 1) == [9]
@@ -345,7 +345,7 @@ def test_restore_goes_before_the_backlog() -> None:
     assert a.start(3) is None and a.backlog == [3]
     a.remove_instance("A", "gone")
     assert a.take_restores() == []
-    admitted = a.release(p2.instance, p2.slot, 2, p2.generation)  # B's slot frees: the restore takes it
+    admitted = a.release(p2.instance, p2.slot, 2, p2.slot_token)  # B's slot frees: the restore takes it
     assert admitted == []
     assert a.backlog == [3]
     restore = only_restore(a)
@@ -442,7 +442,7 @@ def test_restored_sequence_can_end_normally() -> None:
     restore = only_restore(a)
     a.restored(1, restore.assignment, True, "")
     target = restore.assignment
-    a.release(target.instance, target.slot, 1, target.generation)
+    a.release(target.instance, target.slot, 1, target.slot_token)
     assert 1 not in a.active and 1 not in a.backups
     assert a.free_slots() == 2  # B's both slots (A is gone)
 

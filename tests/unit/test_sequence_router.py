@@ -30,7 +30,7 @@ def router(slots: int = 1, instances: tuple[str, ...] = ("A",)) -> SequenceRoute
 
 
 def release_event(a: Assignment, corr: int | str) -> InstanceEvents:
-    return InstanceEvents(a.instance, (SlotEvent(a.slot, corr, a.generation),))
+    return InstanceEvents(a.instance, (SlotEvent(a.slot, corr, a.slot_token),))
 
 
 async def settle() -> None:
@@ -45,8 +45,8 @@ async def test_assign_places_at_once() -> None:
     assert (a1.instance, a1.slot, a1.address) == ("A", 0, ("a", 1))
     assert (a2.instance, a2.slot) == ("A", 1)
     assert await r.lookup(KEY, 1) == a1
-    again = await r.assign(KEY, 1)  # START of an active sequence: the same slot, a new generation
-    assert (again.instance, again.slot) == (a1.instance, a1.slot) and again.generation != a1.generation
+    again = await r.assign(KEY, 1)  # START of an active sequence: the same slot, a new slot_token
+    assert (again.instance, again.slot) == (a1.instance, a1.slot) and again.slot_token != a1.slot_token
     assert await r.lookup(KEY, 1) == again
 
 
@@ -83,7 +83,7 @@ async def test_backlogged_start_waits_until_a_slot_is_released() -> None:
     assert r.assigner(KEY).backlog == [2, 3]
     r.released(KEY, release_event(first, 1))
     second = await asyncio.wait_for(waiting, 1)
-    assert (second.instance, second.slot) == ("A", 0) and second.generation != first.generation
+    assert (second.instance, second.slot) == ("A", 0) and second.slot_token != first.slot_token
     await settle()
     assert not later.done()
     r.released(KEY, release_event(second, 2))
@@ -152,8 +152,8 @@ async def test_release_with_a_stale_generation_wakes_nobody() -> None:
     first = await r.assign(KEY, 1)
     waiting = asyncio.create_task(r.assign(KEY, 2))
     await settle()
-    r.released(KEY, InstanceEvents("A", (SlotEvent(first.slot, 1, first.generation + 1),)))
-    r.released(KEY, InstanceEvents("A", (SlotEvent(first.slot, 99, first.generation),)))
+    r.released(KEY, InstanceEvents("A", (SlotEvent(first.slot, 1, first.slot_token + 1),)))
+    r.released(KEY, InstanceEvents("A", (SlotEvent(first.slot, 99, first.slot_token),)))
     await settle()
     assert not waiting.done()
     r.released(KEY, release_event(first, 1))
@@ -165,7 +165,7 @@ async def test_several_releases_in_one_event() -> None:
     a1, a2 = await r.assign(KEY, 1), await r.assign(KEY, 2)
     waiters = [asyncio.create_task(r.assign(KEY, c)) for c in (3, 4, 5)]
     await settle()
-    r.released(KEY, InstanceEvents("A", (SlotEvent(a1.slot, 1, a1.generation), SlotEvent(a2.slot, 2, a2.generation))))
+    r.released(KEY, InstanceEvents("A", (SlotEvent(a1.slot, 1, a1.slot_token), SlotEvent(a2.slot, 2, a2.slot_token))))
     await settle()
     assert [t.done() for t in waiters] == [True, True, False]
     assert {waiters[0].result().slot, waiters[1].result().slot} == {0, 1}
@@ -217,7 +217,7 @@ async def test_released_with_a_time_reclaims_slots_never_taken_up() -> None:
     # Held by the instance (reported occupied): kept however long it lasts.
     held = r.assigner(KEY).active[2]
     for t in (10_000, 20_000, 30_000):
-        r.released(KEY, InstanceEvents("A", (), (SlotEvent(0, 2, held.generation),)), now_ns=t)
+        r.released(KEY, InstanceEvents("A", (), (SlotEvent(0, 2, held.slot_token),)), now_ns=t)
     assert r.assigner(KEY).active[2] == held
 
 
@@ -225,11 +225,11 @@ async def test_restart_of_an_id_racing_its_release() -> None:
     r = router(slots=1)
     instance = SequenceBatcher[str](SequenceBatchingConfig(direct=True, slots=1, max_batch_size=1))
     place = await r.assign(KEY, 7)
-    instance.enqueue(place.slot, 7, place.generation, "only", start=True, end=True, now_ns=0)
+    instance.enqueue(place.slot, 7, place.slot_token, "only", start=True, end=True, now_ns=0)
     released = instance.finish(instance.next_batch(0).rows)  # END ran: the instance frees the slot ...
-    assert released == [SlotEvent(0, 7, place.generation)]
+    assert released == [SlotEvent(0, 7, place.slot_token)]
     again = await r.assign(KEY, 7)  # ... and the client restarts 7 before the router heard of it
-    instance.enqueue(again.slot, 7, again.generation, "restart", start=True, end=False, now_ns=1)
+    instance.enqueue(again.slot, 7, again.slot_token, "restart", start=True, end=False, now_ns=1)
     assert instance.owner(0) is not None  # the instance holds the new sequence 7
     r.released(KEY, InstanceEvents("A", tuple(released)))  # the release arrives late
     # The router must still see the slot as taken by 7: a new sequence waits instead of taking it over.

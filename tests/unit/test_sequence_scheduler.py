@@ -46,8 +46,8 @@ class FakeClock:
         return self.now
 
 
-def place(slot: int, generation: int = 1, instance: str = "A") -> Assignment:
-    return Assignment(instance, (instance.lower(), 1), slot, generation)
+def place(slot: int, slot_token: int = 1, instance: str = "A") -> Assignment:
+    return Assignment(instance, (instance.lower(), 1), slot, slot_token)
 
 
 Handler = Callable[[Assignment, SequenceStep], "StepResult | Exception"]
@@ -87,7 +87,7 @@ class FakePort:
         if gate is not None:
             await gate.wait()
         if corr_id not in self.table:
-            self.table[corr_id] = place(self.next_slot, generation=100 + self.next_slot)
+            self.table[corr_id] = place(self.next_slot, slot_token=100 + self.next_slot)
             self.next_slot += 1
         return self.table[corr_id]
 
@@ -98,7 +98,7 @@ class FakePort:
         return self.table[corr_id]
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
-        self.calls.append(("dispatch", step.corr_id, assignment.slot, step.slot, step.generation, step.start, step.end))
+        self.calls.append(("dispatch", step.corr_id, assignment.slot, step.slot, step.slot_token, step.start, step.end))
         if self.dispatch_raises is not None:
             raise self.dispatch_raises
         future: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
@@ -589,7 +589,7 @@ def with_backup(handler: Handler) -> Handler:
             numbers[key] = 1 if step.start else numbers.get(key, 0) + 1
             states = {"S_IN": step.inputs["INPUT"].reshape(-1)}
             result.backup = StateBackup(
-                step.corr_id, assignment.slot, step.generation, states, instance=assignment.instance, no=numbers[key]
+                step.corr_id, assignment.slot, step.slot_token, states, instance=assignment.instance, no=numbers[key]
             )
         return result
 
@@ -597,7 +597,7 @@ def with_backup(handler: Handler) -> Handler:
 
 
 def summary(b: StateBackup) -> tuple:
-    return (b.corr_id, b.instance, b.slot, b.generation, b.no, b.states["S_IN"].tolist())
+    return (b.corr_id, b.instance, b.slot, b.slot_token, b.no, b.states["S_IN"].tolist())
 
 
 async def test_a_successful_steps_backup_is_passed_on_before_its_answer() -> None:
@@ -720,7 +720,7 @@ async def test_recovery_onto_a_state_older_than_the_last_answer_is_the_lost_erro
     def with_backup(assignment: Assignment, step: SequenceStep) -> StepResult | Exception:
         result = compute(assignment, step)
         assert isinstance(result, StepResult)
-        result.backup = StateBackup(step.corr_id, step.slot, step.generation, {}, assignment.instance, next(numbers))
+        result.backup = StateBackup(step.corr_id, step.slot, step.slot_token, {}, assignment.instance, next(numbers))
         return result
 
     port.handler = with_backup
