@@ -108,10 +108,9 @@ class InferenceServicer:
         return pb.RepositoryModelUnloadResponse()
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        # Resolve the model first, as HTTP does, so both protocols report the same error.
-        self.service.signature(request.model_name, request.model_version)
+        model = self.service.model(request.model_name, request.model_version)
         req = grpc_codec.decode_model_infer_request(request, self.limits)
-        resp = await self.service.infer(req)
+        resp = await self.service.infer(model, req)
         return grpc_codec.encode_model_infer_response(resp)
 
     async def ModelStreamInfer(
@@ -158,9 +157,9 @@ class InferenceServicer:
         if isinstance(request, MalformedRequest):
             return pb.ModelStreamInferResponse(error_message=request.error.message)
         try:
-            self.service.signature(request.model_name, request.model_version)
+            model = self.service.model(request.model_name, request.model_version)
             req = grpc_codec.decode_model_infer_request(request, self.limits)
-            resp = await self.service.infer(req)
+            resp = await self.service.infer(model, req)
             return pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))
         except Exception as exc:
             err = as_serve_error(exc)

@@ -115,13 +115,13 @@ def build_http_app(
 
     async def infer(request: Request) -> Response:
         name, version = model_args(request)
-        sig = service.signature(name, version)
+        model = service.model(name, version)
         body = await read_body(request, limits)
         header_length = request.headers.get(HEADER_LENGTH)
         req: InferRequest = http_codec.decode_infer_request(
-            body, header_length, model_name=name, model_version=version, sig=sig, limits=limits
+            body, header_length, model_name=name, model_version=version, sig=model.signature, limits=limits
         )
-        resp = await service.infer(req)
+        resp = await service.infer(model, req)
         payload, json_length = http_codec.encode_infer_response(resp, req)
         content = payload if isinstance(payload, bytes) else b"".join(payload)
         if json_length is None:

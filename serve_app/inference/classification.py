@@ -73,9 +73,3 @@ def apply_classification(
             continue
         data = classify(t.data, k, labels.get(t.name, ()), batched)
         response.outputs[i] = InferTensor(t.name, "BYTES", tuple(data.shape), data, t.parameters)
-
-
-def read_labels(path: str) -> tuple[str, ...]:
-    """One label per line (trailing newline characters removed)."""
-    with open(path, encoding="utf-8") as f:
-        return tuple(line.rstrip("\r\n") for line in f)

@@ -2,10 +2,12 @@
 
 Both protocols carry these in the request's ``parameters`` (tritonclient sends
 ``priority`` as uint64 and ``timeout``, in microseconds, as int64 over gRPC;
-numbers over HTTP; ``sequence_id`` as an unsigned integer or a string).
-:func:`strip_reserved` runs in the codecs, as the parameters are decoded;
-the rest is checked with the rest of the request, before it is queued, so a
-bad value is a 400 / INVALID_ARGUMENT that counts nowhere.
+numbers over HTTP; ``sequence_id`` as an unsigned integer or a string) and in
+its outputs' (``classification``).  :func:`strip_reserved` runs in the codecs,
+as the parameters are decoded; :meth:`RequestOptions.parse` runs in the
+service with the rest of the request's checks, before it is queued, so a bad
+value is a 400 / INVALID_ARGUMENT that counts nowhere, whatever the model's
+scheduler.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 from serve_app.errors import InvalidArgument
+from serve_app.inference.classification import classification_count
+from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest
 
 _UINT64_MAX = 2**64 - 1
@@ -89,3 +93,35 @@ def sequence_flags(request: InferRequest) -> SequenceFlags:
             f"inference request to model '{request.model_name}' must specify a non-zero or non-empty correlation ID"
         )
     return SequenceFlags(corr, start, end)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """A validated request's options, as its scheduler and the service read them."""
+
+    batch_size: int = 0  # as validated: 0 when the model does not batch
+    priority: int = 0  # 0: the model's default level
+    timeout_us: int = 0  # 0: none
+    sequence: SequenceFlags | None = None  # for sequence models
+    classification: dict[str, int] | None = None  # outputs asked for as classes, with their k
+
+    @classmethod
+    def parse(
+        cls, request: InferRequest, signature: ModelSignature, *, batch_size: int, sequence_model: bool = False
+    ) -> RequestOptions:
+        """Read and check every option of ``request`` (its inputs already validated: ``batch_size``)."""
+        flags = None
+        if sequence_model:
+            if batch_size > 1:
+                raise InvalidArgument(
+                    f"inference request to model '{signature.name}' must specify batch-size 1 due to requirements "
+                    "of sequence batcher"
+                )
+            flags = sequence_flags(request)
+        return cls(
+            batch_size=batch_size,
+            priority=request_priority(request),
+            timeout_us=request_timeout_us(request),
+            sequence=flags,
+            classification=classification_count(request, signature) if request.outputs else None,
+        )

@@ -1,4 +1,4 @@
-"""Run models in this process: the ModelExecutor for tests and tools without Ray."""
+"""Run models in this process: the ModelExecutor of the local host (tests, tools, serving without Ray)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from serve_app.errors import InternalError
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.options import CorrId
+from serve_app.keys import ModelKey
 from serve_app.runtime.instance import ModelInstance
 from serve_app.sequence.batcher import SequenceBatchingConfig
 from serve_app.sequence.instance import SequenceInstance
@@ -19,10 +20,8 @@ from serve_app.sequence.messages import (
     SlotEvent,
     StateBackup,
     StepResult,
-    model_key,
 )
 from serve_app.sequence.router import SequenceRouter
-from serve_app.service.catalog import ModelVersionEntry
 
 
 class LocalSequencePort:
@@ -59,38 +58,46 @@ class LocalModelExecutor:
         self.router = SequenceRouter()
         self._ports: dict[tuple[str, int], LocalSequencePort] = {}
 
-    def capacity(self, entry: ModelVersionEntry) -> int:
+    def capacity(self, key: ModelKey) -> int:
         return 1
 
-    def _instance(self, entry: ModelVersionEntry) -> ModelInstance:
-        instance = self._instances.get((entry.name, entry.version))
+    def instances(self, key: ModelKey) -> int:
+        return 1 if (key.name, key.version) in self._instances else 0
+
+    def _instance(self, key: ModelKey) -> ModelInstance:
+        instance = self._instances.get((key.name, key.version))
         if instance is None:
-            raise InternalError(f"model '{entry.name}' version {entry.version} is not loaded here")
+            raise InternalError(f"model '{key.name}' version {key.version} is not loaded here")
         return instance
 
-    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]:
-        instance = self._instance(entry)
+    async def execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]:
+        instance = self._instance(key)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads[(entry.name, entry.version)], instance.run_all, executions)
+        return await loop.run_in_executor(self._threads[(key.name, key.version)], instance.run_all, executions)
 
-    def sequence_port(self, entry: ModelVersionEntry) -> LocalSequencePort:
-        port = self._ports.get((entry.name, entry.version))
+    def sequence_port(self, key: ModelKey) -> LocalSequencePort:
+        port = self._ports.get((key.name, key.version))
         if port is not None:
             return port
-        instance = self._instance(entry)
-        thread = self._threads[(entry.name, entry.version)]
-        key, instance_id = model_key(entry.name, entry.version), f"local-{entry.name}-{entry.version}"
+        instance = self._instance(key)
+        config = instance.ctx.config
+        thread = self._threads[(key.name, key.version)]
+        label, instance_id = key.label, f"local-{key.name}-{key.version}"
 
         async def run(execution: Execution) -> ExecutionResult:
             return await asyncio.get_running_loop().run_in_executor(thread, instance.run, execution)
 
         def released(events: list[SlotEvent]) -> None:
-            self.router.released(key, InstanceEvents(instance_id, tuple(events)))
+            self.router.released(label, InstanceEvents(instance_id, tuple(events)))
 
         seq = SequenceInstance(
-            entry.config, instance.ctx.model_file.parent.parent, run, instance_id=instance_id, on_release=released
+            config, instance.ctx.model_file.parent.parent, run, instance_id=instance_id, on_release=released
         )
-        self.router.add_model(key, entry.name, SequenceBatchingConfig.from_model_config(entry.config).slots)
-        self.router.instance_up(key, instance_id, ("local", 0))
-        port = self._ports[(entry.name, entry.version)] = LocalSequencePort(key, self.router, seq)
+        self.router.add_model(label, key.name, SequenceBatchingConfig.from_model_config(config).slots)
+        self.router.instance_up(label, instance_id, ("local", 0))
+        port = self._ports[(key.name, key.version)] = LocalSequencePort(label, self.router, seq)
         return port
+
+    def close(self) -> None:
+        for thread in self._threads.values():
+            thread.shutdown(wait=False)

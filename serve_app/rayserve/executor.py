@@ -28,9 +28,8 @@ from typing import Any
 
 from serve_app.errors import Draining, InternalError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.sequence.messages import model_key
+from serve_app.keys import ModelKey
 from serve_app.sequence.port import ChannelSequencePort
-from serve_app.service.catalog import ModelVersionEntry
 from serve_app.service.serving_state import DeploymentRef
 from serve_app.transport import ChannelClient
 from serve_app.transport.pool import ChannelPool
@@ -42,7 +41,6 @@ REFRESH_S = 10.0
 AUTOSCALED_REFRESH_S = 2.0  # replicas come and go: find new ones quickly
 RETRY_REFRESH_S = 1.0
 MAX_DRAINING_RETRIES = 4
-VersionKey = tuple[str, int, int]  # (model, version, generation)
 
 
 class _Group:
@@ -82,12 +80,12 @@ class RayModelExecutor:
         channel_token: bytes = b"",
         direct: bool = True,
         router: Any = None,
-        on_capacity: Callable[[VersionKey, int], None] | None = None,
+        on_capacity: Callable[[ModelKey, int], None] | None = None,
         call_timeout_s: float = 0.0,
     ) -> None:
         """``direct``: batches go over channels (else Serve handles); ``router``: the sequence router's
         handle; ``on_capacity``: told when a version's instance count changes (autoscaling)."""
-        self._groups: dict[VersionKey, list[_Group]] = {}
+        self._groups: dict[ModelKey, list[_Group]] = {}
         self._per_instance = max(1, inflight_per_instance)
         self._token = channel_token if direct else b""
         self._refresher: asyncio.Task[None] | None = None
@@ -101,12 +99,12 @@ class RayModelExecutor:
         address: tuple[str, int] = await self._router_handle.address.remote()
         return address
 
-    def sequence_port(self, entry: ModelVersionEntry) -> ChannelSequencePort:
+    def sequence_port(self, key: ModelKey) -> ChannelSequencePort:
         if self._router is None:
-            raise InternalError(f"model '{entry.name}' has sequence batching but no sequence router runs")
-        return ChannelSequencePort(model_key(entry.name, entry.version), self._router, self._pool)
+            raise InternalError(f"model '{key.name}' has sequence batching but no sequence router runs")
+        return ChannelSequencePort(key.label, self._router, self._pool)
 
-    async def add_version(self, key: VersionKey, refs: tuple[DeploymentRef, ...]) -> None:
+    async def add_version(self, key: ModelKey, refs: tuple[DeploymentRef, ...]) -> None:
         """Serve a model version's deployments: open channels to their replicas."""
         from ray import serve
 
@@ -117,25 +115,25 @@ class RayModelExecutor:
         if self._refresher is None and self._token:
             self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
 
-    def remove_version(self, key: VersionKey) -> None:
+    def remove_version(self, key: ModelKey) -> None:
         for g in self._groups.pop(key, ()):
             for c in g.clients.values():
                 c.close()
 
-    def handles(self, key: VersionKey) -> list[Any]:
+    def handles(self, key: ModelKey) -> list[Any]:
         return [g.handle for g in self._groups.get(key, ())]
 
-    def instances(self, entry: ModelVersionEntry) -> int:
+    def instances(self, key: ModelKey) -> int:
         """Instances of the version this gateway can reach now (channels; the planned count without)."""
-        return sum(g.live() if self._token else g.replicas for g in self._groups.get(entry.key, ()))
+        return sum(g.live() if self._token else g.replicas for g in self._groups.get(key, ()))
 
-    def capacity(self, entry: ModelVersionEntry) -> int:
-        return sum(g.live() for g in self._groups.get(entry.key, ())) * self._per_instance
+    def capacity(self, key: ModelKey) -> int:
+        return sum(g.live() for g in self._groups.get(key, ())) * self._per_instance
 
-    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]:
-        groups = self._groups.get(entry.key)
+    async def execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]:
+        groups = self._groups.get(key)
         if not groups:
-            raise InternalError(f"no deployment serves model '{entry.name}' version {entry.version}")
+            raise InternalError(f"no deployment serves model '{key.name}' version {key.version}")
         group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
         for _ in range(MAX_DRAINING_RETRIES):
             client = group.pick() if self._token else None
@@ -148,7 +146,7 @@ class RayModelExecutor:
                 # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
                 self._refresh_soon(group)
                 raise Unavailable(
-                    f"model '{entry.name}' version {entry.version}: its instance did not answer within "
+                    f"model '{key.name}' version {key.version}: its instance did not answer within "
                     f"{self._call_timeout:g}s"
                 ) from None
             except Draining:
@@ -167,8 +165,7 @@ class RayModelExecutor:
             return result
         except asyncio.TimeoutError:
             raise Unavailable(
-                f"model '{entry.name}' version {entry.version}: its instance did not answer within "
-                f"{self._call_timeout:g}s"
+                f"model '{key.name}' version {key.version}: its instance did not answer within {self._call_timeout:g}s"
             ) from None
         finally:
             group.serve_inflight -= 1

@@ -20,14 +20,15 @@ import logging
 import time
 from typing import Any
 
-from serve_app.inference.signature import ModelSignature
-from serve_app.protos import model_config_pb2 as mc
-from serve_app.rayserve.executor import RayModelExecutor, VersionKey
+from serve_app.grpc_server import start_grpc_server
+from serve_app.http_server import build_http_app, build_metrics_app
+from serve_app.http_server.restricted import restrict_http_app
+from serve_app.http_server.server import reuse_port_socket, serve_http
+from serve_app.keys import ModelKey
+from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
-from serve_app.service import InferenceService, ModelCatalog, ModelState, ModelVersionEntry
-from serve_app.service.catalog import FailedModel, ensemble_readiness
-from serve_app.service.inference_service import StatsKey
-from serve_app.service.serving_state import ServedVersion, ServingState
+from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
+from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
 from serve_app.stats import ModelStats
 
@@ -38,13 +39,8 @@ DRAIN_TIMEOUT_S = 30.0
 
 class Gateway:
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:
-        from serve_app.grpc_server import start_grpc_server
-        from serve_app.http_server import build_http_app, build_metrics_app
-        from serve_app.http_server.restricted import restrict_http_app
-        from serve_app.http_server.server import reuse_port_socket, serve_http
-
         self.settings = settings
-        self.catalog = ModelCatalog()
+        self.registry = ModelRegistry()
         self._manager = manager
         self.executor = RayModelExecutor(
             inflight_per_instance=settings.max_inflight_per_instance,
@@ -54,14 +50,14 @@ class Gateway:
             on_capacity=self._capacity_changed,
             call_timeout_s=settings.instance_timeout_s,
         )
-        self.service = InferenceService(self.catalog, self.executor)
-        self.service.repository = ManagerClient(manager)
-        self.service.max_queued = settings.max_queue_size
-        if settings.gateway_replicas > 1:
-            self.service.stats_source = self._cluster_stats
-        self._revision = -1
+        self.service = InferenceService(
+            self.registry,
+            self.executor,
+            repository=ManagerClient(manager),
+            max_queued=settings.max_queue_size,
+            stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
+        )
         self._apply_lock = asyncio.Lock()
-        self._counts_warmups: bool | None = None
         await self.apply_state(await manager.state.remote())
         s = settings
         tls = s.tls()
@@ -83,56 +79,32 @@ class Gateway:
     # -- what it serves ----------------------------------------------------------------------
     async def apply_state(self, state: ServingState) -> int:
         """Serve ``state`` if it is newer; returns once replaced or removed versions have drained."""
-        retired: list[ModelVersionEntry] = []
-        added: list[ModelVersionEntry] = []
         async with self._apply_lock:
-            if state.revision <= self._revision:
-                return self._revision
-            current = {(e.name, e.version): e for e in self.catalog.all_entries()}
-            wanted = state.versions()
-            for key, sv in wanted.items():
-                old = current.get(key)
-                if old is not None and old.generation == sv.generation:
-                    old.state, old.reason = ModelState(sv.state), sv.reason
-                    continue
-                entry = _entry(sv)
-                if sv.deployments:
-                    await self.executor.add_version(entry.key, sv.deployments)
-                self.catalog.add(entry)
-                added.append(entry)
-                if old is not None:
-                    retired.append(old)
-            for key, old in current.items():
-                if key not in wanted:
-                    self.catalog.remove(*key)
-                    retired.append(old)
-            failed = dict(state.failed)
-            for name in self.catalog.names():
-                if name not in failed and self.catalog.failed(name) is not None:
-                    self.catalog.remove_failed(name)
-            for name, reason in failed.items():
-                if not self.catalog.versions(name):
-                    self.catalog.add_failed(FailedModel(name, reason))
-            ensemble_readiness(self.catalog)
-            self._revision = state.revision
+            if state.revision <= self.registry.revision:
+                return self.registry.revision
+            changes = self.registry.plan(state)
+            for model, deployments in changes.added:
+                if deployments:  # channels first: a version is served only once it can run
+                    await self.executor.add_version(model.key, deployments)
+            self.registry.apply(changes)
+        added = [model for model, _ in changes.added]
         if added and await self._first_gateway():
             await self._count_warmups(added)
-        await asyncio.gather(*(self._retire(e) for e in retired))
-        return self._revision
+        await asyncio.gather(*(self._retire(m) for m in changes.retired))
+        return self.registry.revision
 
-    async def _retire(self, entry: ModelVersionEntry) -> None:
+    async def _retire(self, model: ServedModel) -> None:
         """Let the old version's queued and in-flight batches finish, then drop its channels."""
-        scheduler = self.service.retire(entry)
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while scheduler is not None and not _drained(scheduler) and time.monotonic() < deadline:
+        while model.scheduler is not None and not model.scheduler.drained() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        self.executor.remove_version(entry.key)
+        self.executor.remove_version(model.key)
 
     async def _watch_state(self) -> None:
         """Catch up with changes a push missed (this replica was starting, or a push failed)."""
         while True:
             try:
-                state = await self._manager.wait_state.remote(self._revision)
+                state = await self._manager.wait_state.remote(self.registry.revision)
                 await self.apply_state(state)
             except asyncio.CancelledError:
                 raise
@@ -140,7 +112,7 @@ class Gateway:
                 logger.warning("waiting for the model manager's state failed: %s", exc)
                 await asyncio.sleep(1.0)
 
-    def _capacity_changed(self, key: VersionKey, capacity: int) -> None:
+    def _capacity_changed(self, key: ModelKey, capacity: int) -> None:
         self.service.set_capacity(key, capacity)
 
     async def _first_gateway(self) -> bool:
@@ -155,23 +127,23 @@ class Gateway:
         except Exception:
             return False
 
-    async def _count_warmups(self, entries: list[ModelVersionEntry]) -> None:
+    async def _count_warmups(self, models: list[ServedModel]) -> None:
         """Triton counts warmup executions in the statistics: fold in what every instance ran at load."""
-        for entry in entries:
-            for handle in self.executor.handles(entry.key):
+        for model in models:
+            for handle in self.executor.handles(model.key):
                 answers = await handle.broadcast("warmup_figures").results_async(return_exceptions=True)
                 figures = [f for a in answers if isinstance(a, list) for f in a]
                 if figures:
-                    self.service.record_warmup(entry, figures)
+                    self.service.record_warmup(model, figures)
 
-    async def _cluster_stats(self) -> dict[StatsKey, ModelStats]:
+    async def _cluster_stats(self) -> dict[ModelKey, ModelStats]:
         """Every gateway replica's figures, added up: each replica batches its own share of requests."""
         from ray import serve
 
         app = self.settings.app_name
         handle = serve.get_deployment_handle("gateway", app)
         parts = await handle.broadcast("local_stats").results_async(return_exceptions=True)
-        total: dict[StatsKey, ModelStats] = {}
+        total: dict[ModelKey, ModelStats] = {}
         for part in parts:
             if isinstance(part, BaseException):
                 logger.warning("statistics of a gateway replica are missing: %s", part)
@@ -183,16 +155,16 @@ class Gateway:
                     total[key] = stats
         return total
 
-    async def local_stats(self) -> dict[StatsKey, ModelStats]:
+    async def local_stats(self) -> dict[ModelKey, ModelStats]:
         return self.service.local_stats()
 
     async def model_states(self) -> list[tuple[str, int | str, str, str]]:
         """Every served version's state, and the models with none served (and why)."""
         out: list[tuple[str, int | str, str, str]] = []
-        for name in self.catalog.names():
-            versions = self.catalog.versions(name)
-            failed = self.catalog.failed(name)
-            out += [(e.name, e.version, e.state.value, e.reason) for e in versions]
+        for name in self.registry.names():
+            versions = self.registry.versions(name)
+            failed = self.registry.failed(name)
+            out += [(m.name, m.version, m.state.value, m.reason) for m in versions]
             if not versions and failed is not None:
                 out.append((name, "-", ModelState.UNAVAILABLE.value, failed.reason))
         return out
@@ -219,23 +191,3 @@ class Gateway:
             self.executor.close()
         if getattr(self, "_grpc", None) is not None:
             await self._grpc.stop(grace=1.0)
-
-
-def _entry(sv: ServedVersion) -> ModelVersionEntry:
-    config = mc.ModelConfig.FromString(sv.config_bytes)
-    return ModelVersionEntry(
-        name=sv.name,
-        version=sv.version,
-        config=config,
-        signature=ModelSignature.from_config(config, str(sv.version)),
-        state=ModelState(sv.state),
-        reason=sv.reason,
-        labels=dict(sv.labels),
-        generation=sv.generation,
-    )
-
-
-def _drained(scheduler: Any) -> bool:
-    """No request of the scheduler is queued or running (schedulers without a queue drain at once)."""
-    queue = getattr(getattr(scheduler, "batcher", None), "queue", None)
-    return getattr(scheduler, "inflight", 0) == 0 and (queue is None or len(queue) == 0)

@@ -18,11 +18,11 @@ from typing import Any
 from serve_app.autoscale import AutoscalingSpec, serve_autoscaling_config
 from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models
+from serve_app.keys import ModelKey
 from serve_app.placement import ClusterGpus, ReplicaGroup, instance_spec, plan_replicas, share_gpus
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelSource
 from serve_app.sequence.batcher import SequenceBatchingConfig
-from serve_app.sequence.messages import model_key
 from serve_app.service.serving_state import DeploymentRef, ServedVersion
 from serve_app.settings import ServerSettings
 
@@ -119,7 +119,11 @@ def plan_model_apps(
                 slots = SequenceBatchingConfig.from_model_config(source.config).slots
                 out.sequence_models.append(
                     SequenceModelSpec(
-                        model_key(name, version), name, slots, tuple((r.app, r.name, r.replicas) for r in refs), gen
+                        ModelKey(name, version).label,
+                        name,
+                        slots,
+                        tuple((r.app, r.name, r.replicas) for r in refs),
+                        gen,
                     )
                 )
             kinds = ", ".join(f"{g.num_replicas}x {g.kind}{_where(g)}" for g in plans[name])

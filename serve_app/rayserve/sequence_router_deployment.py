@@ -3,7 +3,7 @@
 It holds the table of :class:`~serve_app.sequence.router.SequenceRouter`:
 which instance and slot each live sequence has, and the backlog.  Gateways
 reach it over a direct channel (a START costs one round trip; the other steps
-of a sequence never touch it, see ``scheduling/sequence_scheduler.py``).
+of a sequence never touch it, see ``sequence/scheduler.py``).
 
 The model manager tells it which sequence models are loaded (``set_models``;
 a reload brings a new generation, whose instances replace the old ones).

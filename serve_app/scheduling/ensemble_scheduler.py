@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from serve_app.errors import InvalidArgument, ServeError, as_serve_error
+from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
@@ -56,7 +57,7 @@ class EnsembleScheduler:
             for s in config.ensemble_scheduling.step
         )
 
-    async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+    async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         self.stats.pending += 1
         try:
             tensors = await self._run(request)
@@ -73,8 +74,12 @@ class EnsembleScheduler:
             outputs.append(InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(t.data.shape), t.data))
         now = self._clock()
         self.stats.execution_count += 1
-        self.stats.record_success(max(1, batch_size), now - arrival_ns, 0, 0, 0, 0, time.time_ns() // 1_000_000)
+        self.stats.record_success(max(1, options.batch_size), now - arrival_ns, 0, 0, 0, 0, time.time_ns() // 1_000_000)
         return InferResponse(sig.name, sig.version, request.id, outputs)
+
+    def drained(self) -> bool:
+        """Always: it queues nothing itself (its steps wait in their own models' schedulers)."""
+        return True
 
     async def _run(self, request: InferRequest) -> dict[str, InferTensor]:
         tensors: dict[str, InferTensor] = {t.name: t for t in request.inputs}

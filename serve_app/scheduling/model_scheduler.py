@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from serve_app.errors import ServeError, Unavailable, as_serve_error
 from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.options import request_priority, request_timeout_us
+from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
@@ -83,10 +83,9 @@ class ModelScheduler:
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- admission -------------------------------------------------------------
-    async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+    async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         """Queue a validated request and wait for its response."""
-        priority = request_priority(request)
-        timeout_us = request_timeout_us(request)
+        batch_size = options.batch_size
         loop = asyncio.get_running_loop()
         job = Job(request, batch_size, arrival_ns, loop.create_future())
         key: object = None
@@ -99,8 +98,8 @@ class ModelScheduler:
                 job,
                 batch_size=batch_size,
                 shape_key=key,
-                priority=priority,
-                timeout_us=timeout_us,
+                priority=options.priority,
+                timeout_us=options.timeout_us,
                 now_ns=now,
             )
         except Unavailable:
@@ -235,6 +234,9 @@ class ModelScheduler:
     @property
     def queued(self) -> int:
         return len(self.batcher.queue)
+
+    def drained(self) -> bool:
+        return self.inflight == 0 and len(self.batcher.queue) == 0
 
 
 def _resolve(future: asyncio.Future[InferResponse], outcome: Outcome) -> None:

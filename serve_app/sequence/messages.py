@@ -154,7 +154,3 @@ class Recovery:
     assignment: Assignment
     outputs: dict[str, np.ndarray] | None = None
     no: int = 0  # the step number of the restored state (the gateway checks it against its last answer)
-
-
-def model_key(name: str, version: int | str) -> str:
-    return f"{name}:{version}"

@@ -30,8 +30,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from serve_app.config.state_backup import state_backup_enabled
-from serve_app.errors import InvalidArgument, NotFound, ServeError, Unavailable
-from serve_app.inference.options import CorrId, SequenceFlags, sequence_flags
+from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, Unavailable
+from serve_app.inference.options import CorrId, RequestOptions, SequenceFlags
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
@@ -65,15 +65,11 @@ class SequenceScheduler:
         self._recovering: dict[CorrId, tuple[asyncio.Lock, list[int]]] = {}
         self._answered: OrderedDict[CorrId, int] = OrderedDict()  # the step number of each sequence's last answer
 
-    async def submit(self, request: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+    async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         """Send a validated request to the slot of its sequence and wait for its response."""
-        model = self.signature.name
-        if batch_size > 1:
-            raise InvalidArgument(
-                f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence "
-                "batcher"
-            )
-        flags = sequence_flags(request)
+        flags = options.sequence
+        if flags is None:
+            raise InternalError(f"a request to sequence model '{self.signature.name}' came without its sequence flags")
         self.controls.check_corr_id(flags.corr_id)
         outputs = tuple(o.name for o in request.outputs) if request.outputs else self._all_outputs
         step = SequenceStep(
@@ -84,7 +80,7 @@ class SequenceScheduler:
             flags.end,
             {t.name: t.data for t in request.inputs},
             outputs,
-            batch_size,
+            options.batch_size,
             random.getrandbits(63) | 1,
         )
         self.stats.pending += 1
@@ -260,3 +256,7 @@ class SequenceScheduler:
     @property
     def queued(self) -> int:
         return self.stats.pending
+
+    def drained(self) -> bool:
+        """Always: steps go straight to their instances, which finish them (or end them on unload)."""
+        return True

@@ -1,10 +1,12 @@
-"""The one façade both front ends call (cf. MLServer's DataPlane).
+"""The one façade both front ends call (cf. MLServer's DataPlane), and the registry of served models.
 
 Every check lives here or below: model and version resolution, readiness,
-request validation.  HTTP and gRPC only decode, call, and encode.
+request validation, request options.  HTTP and gRPC only decode, call, and
+encode.
 """
 
-from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
-from serve_app.service.inference_service import InferenceService, ModelExecutor
+from serve_app.service.inference_service import InferenceService
+from serve_app.service.model_executor import ModelExecutor
+from serve_app.service.registry import FailedModel, ModelRegistry, ModelState, ServedModel
 
-__all__ = ["InferenceService", "ModelCatalog", "ModelExecutor", "ModelState", "ModelVersionEntry"]
+__all__ = ["FailedModel", "InferenceService", "ModelExecutor", "ModelRegistry", "ModelState", "ServedModel"]

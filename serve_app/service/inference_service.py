@@ -1,28 +1,36 @@
-"""InferenceService: health, metadata, config, statistics and infer for both protocols."""
+"""InferenceService: health, metadata, config, statistics and infer for both protocols.
+
+The front ends make the same calls: :meth:`InferenceService.model` resolves
+the model a request names (once, with Triton's errors), the front end decodes
+the request against its signature, and :meth:`InferenceService.infer`
+validates it, reads its options and hands it to the version's scheduler.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.errors import InvalidArgument, Unavailable
-from serve_app.inference.classification import apply_classification, classification_count
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.classification import apply_classification
+from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.inference.validate import validate_request
+from serve_app.keys import ModelKey
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
+from serve_app.scheduling.base import Scheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
-from serve_app.sequence.port import SequencePort
 from serve_app.sequence.scheduler import SequenceScheduler
-from serve_app.service.catalog import ModelCatalog, ModelState, ModelVersionEntry
+from serve_app.service.model_executor import ModelExecutor
+from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.stats import ModelStats
+from serve_app.stats.prometheus import ModelMetrics
 
 # In the order Triton's server metadata lists them (core's InferenceServer constructor).
 EXTENSIONS: tuple[str, ...] = (
@@ -39,24 +47,8 @@ EXTENSIONS: tuple[str, ...] = (
 # Triton's answer to load / unload when model control is not explicit.
 NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 
-StatsKey = tuple[str, str]  # (model, version)
 SHUTTING_DOWN = "Server is shutting down: it accepts no new requests"
-Scheduler = ModelScheduler | SequenceScheduler | EnsembleScheduler
-StatsSource = Callable[[], Awaitable[dict[StatsKey, ModelStats]]]
-
-
-class ModelExecutor(Protocol):
-    """Where executions run: in process (tests, dev) or on Ray replicas."""
-
-    def capacity(self, entry: ModelVersionEntry) -> int:
-        """How many calls may be in flight to the model's instances at once."""
-        ...
-
-    async def execute(self, entry: ModelVersionEntry, executions: list[Execution]) -> list[ExecutionResult]: ...
-
-    def sequence_port(self, entry: ModelVersionEntry) -> SequencePort:
-        """How a sequence model's steps reach the router and its instances."""
-        ...
+StatsSource = Callable[[], Awaitable[dict[ModelKey, ModelStats]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,26 +82,28 @@ def _tensor_metadata(sig: ModelSignature, outputs: bool) -> list[TensorMetadata]
 class InferenceService:
     def __init__(
         self,
-        catalog: ModelCatalog,
+        registry: ModelRegistry,
         executor: ModelExecutor,
         *,
         server_name: str = "serve_app",
         server_version: str = "0.1.0",
         extensions: tuple[str, ...] = EXTENSIONS,
         repository: RepositoryControl | None = None,
+        max_queued: int = 0,
+        stats_source: StatsSource | None = None,
     ) -> None:
-        self.catalog = catalog
+        """``repository``: who loads and unloads models on request (None: the repository is fixed).
+        ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
+        UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
+        process's schedulers; a host with several front-end processes adds theirs up)."""
+        self.registry = registry
         self.executor = executor
+        self.repository = repository
+        self.max_queued = max_queued
+        self.stats_source: StatsSource = stats_source or self._local_stats
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
         self.inflight = 0  # client requests in progress (drained at shutdown)
-        # Requests a model version's scheduler holds before shedding load with 503 / UNAVAILABLE (0: unbounded).
-        self.max_queued = 0
-        self._schedulers: dict[tuple[str, int, int], Scheduler] = {}
-        # Where statistics come from: this process's schedulers, unless a host aggregates several.
-        self.stats_source: StatsSource = self._local_stats
-        # Who loads and unloads models on request; None: the repository is fixed (no model control).
-        self.repository = repository
 
     # -- health --------------------------------------------------------------
     def live(self) -> bool:
@@ -117,11 +111,11 @@ class InferenceService:
 
     def ready(self) -> bool:
         """Ready while accepting and no served model is still loading."""
-        return self.accepting and all(e.state is not ModelState.LOADING for e in self.catalog.all_entries())
+        return self.accepting and all(m.state is not ModelState.LOADING for m in self.registry.all_models())
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            return self.catalog.resolve(name, version).state is ModelState.READY
+            return self.registry.resolve(name, version).state is ModelState.READY
         except Exception:
             return False
 
@@ -130,42 +124,43 @@ class InferenceService:
         return self._metadata
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
-        entry = self.catalog.resolve(name, version)
-        versions = [str(e.version) for e in self.catalog.versions(name)] if not version else [str(entry.version)]
-        sig = entry.signature
+        model = self.registry.resolve(name, version)
+        versions = [str(m.version) for m in self.registry.versions(name)] if not version else [str(model.version)]
+        sig = model.signature
         return ModelMetadata(
             name=name,
             versions=versions,
-            platform=entry.config.platform,
+            platform=model.config.platform,
             inputs=_tensor_metadata(sig, outputs=False),
             outputs=_tensor_metadata(sig, outputs=True),
         )
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
-        return self.catalog.resolve(name, version).config
+        return self.registry.resolve(name, version).config
 
-    def signature(self, name: str, version: str = "") -> ModelSignature:
-        return self.catalog.resolve_ready(name, version).signature
+    def model(self, name: str, version: str = "") -> ServedModel:
+        """The ready model version an inference request names (decode the request against its signature)."""
+        return self.registry.resolve_ready(name, version)
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         out: list[IndexEntry] = []
-        for name in self.catalog.names():
-            entries = self.catalog.versions(name)
-            failed = self.catalog.failed(name)
-            if not entries and failed is not None:
+        for name in self.registry.names():
+            models = self.registry.versions(name)
+            failed = self.registry.failed(name)
+            if not models and failed is not None:
                 if not ready_only:
                     version = "" if failed.version is None else str(failed.version)
                     out.append(IndexEntry(name, version, ModelState.UNAVAILABLE.value, failed.reason))
                 continue
-            for e in entries:
-                if ready_only and e.state is not ModelState.READY:
+            for m in models:
+                if ready_only and m.state is not ModelState.READY:
                     continue
-                out.append(IndexEntry(name, str(e.version), e.state.value, e.reason))
+                out.append(IndexEntry(name, str(m.version), m.state.value, m.reason))
         return out
 
     # -- model repository extension -------------------------------------------
     async def repository_index_async(self, ready_only: bool = False) -> list[IndexEntry]:
-        """The control's index when there is one (it knows models not loaded here), else the catalog's."""
+        """The control's index when there is one (it knows models not loaded here), else the registry's."""
         if self.repository is not None:
             return await self.repository.index(ready_only)
         return self.repository_index(ready_only)
@@ -181,90 +176,88 @@ class InferenceService:
         await self.repository.unload(name, unload_dependents)
 
     # -- inference -----------------------------------------------------------
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """A client's request; refused once the server is shutting down, counted until answered."""
+    async def infer(self, model: ServedModel, request: InferRequest) -> InferResponse:
+        """A client's request to ``model``; refused once the server is shutting down, counted until answered."""
         if not self.accepting:
             raise Unavailable(SHUTTING_DOWN)
         self.inflight += 1
         try:
-            return await self._infer(request)
+            return await self._infer(model, request)
         finally:
             self.inflight -= 1
 
     async def drain(self, timeout_s: float) -> int:
         """Stop accepting requests and wait (up to ``timeout_s``) for those in progress; returns how many
         were still running at the deadline."""
-        import asyncio
-
         self.accepting = False
         deadline = time.monotonic() + timeout_s
         while self.inflight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         return self.inflight
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, model: ServedModel, request: InferRequest) -> InferResponse:
         arrival = time.monotonic_ns()
-        entry = self.catalog.resolve_ready(request.model_name, request.model_version)
-        batch_size = validate_request(request, entry.signature)
-        classified = classification_count(request, entry.signature) if request.outputs else None
-        request.model_version = str(entry.version)
-        response = await self.scheduler(entry).submit(request, batch_size, arrival)
-        if classified:
-            apply_classification(response, classified, entry.labels, entry.signature.max_batch_size > 0)
+        batch_size = validate_request(request, model.signature)
+        options = RequestOptions.parse(
+            request, model.signature, batch_size=batch_size, sequence_model=model.is_sequence
+        )
+        request.model_version = str(model.version)
+        response = await self.scheduler(model).submit(request, options, arrival)
+        if options.classification:
+            apply_classification(response, options.classification, model.labels, model.signature.max_batch_size > 0)
         return response
 
-    def scheduler(self, entry: ModelVersionEntry) -> Scheduler:
+    async def _infer_step(self, request: InferRequest) -> InferResponse:
+        """An ensemble step: a request to the model the step names, as a client's would be."""
+        return await self._infer(self.model(request.model_name, request.model_version), request)
+
+    def scheduler(self, model: ServedModel) -> Scheduler:
         """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""
-        key = entry.key
-        sched = self._schedulers.get(key)
-        if sched is None and entry.config.platform == ENSEMBLE_PLATFORM:
-            sched = EnsembleScheduler(entry.config, entry.signature, self._infer)
-            self._schedulers[key] = sched
-        elif sched is None and entry.config.HasField("sequence_batching"):
-            sched = SequenceScheduler(entry.config, entry.signature, self.executor.sequence_port(entry))
-            self._schedulers[key] = sched
-        elif sched is None:
+        if model.scheduler is not None:
+            return model.scheduler
+        sched: Scheduler
+        if model.is_ensemble:
+            sched = EnsembleScheduler(model.config, model.signature, self._infer_step)
+        elif model.is_sequence:
+            sched = SequenceScheduler(model.config, model.signature, self.executor.sequence_port(model.key))
+        else:
             sched = ModelScheduler(
-                entry.config,
-                entry.signature,
-                functools.partial(self.executor.execute, entry),
-                capacity=self.executor.capacity(entry),
+                model.config,
+                model.signature,
+                functools.partial(self.executor.execute, model.key),
+                capacity=self.executor.capacity(model.key),
                 max_queued=self.max_queued,
             )
-            self._schedulers[key] = sched
+        model.scheduler = sched
         return sched
 
-    def retire(self, entry: ModelVersionEntry) -> Scheduler | None:
-        """Stop routing to a replaced or unloaded version: its scheduler goes (it finishes what it holds)."""
-        return self._schedulers.pop(entry.key, None)
-
-    def set_capacity(self, key: tuple[str, int, int], capacity: int) -> None:
+    def set_capacity(self, key: ModelKey, capacity: int) -> None:
         """The version's instance count changed (autoscaling): its batcher may keep that many calls in flight."""
-        sched = self._schedulers.get(key)
-        if isinstance(sched, ModelScheduler):
-            sched.capacity = max(1, capacity)
+        for model in self.registry.versions(key.name):
+            if model.key == key and isinstance(model.scheduler, ModelScheduler):
+                model.scheduler.capacity = max(1, capacity)
 
     # -- statistics ----------------------------------------------------------
-    def record_warmup(self, entry: ModelVersionEntry, figures: list[tuple[int, int, int, int]]) -> None:
+    def record_warmup(self, model: ServedModel, figures: list[tuple[int, int, int, int]]) -> None:
         """Count warmup executions ((batch size, compute input/infer/output ns) each) as Triton does."""
-        stats = self.scheduler(entry).stats
+        stats = self.scheduler(model).stats
         now_ms = time.time_ns() // 1_000_000
         for batch, ci, cf, co in figures:
             stats.record_execution(batch, ci, cf, co)
             stats.record_success(batch, ci + cf + co, 0, ci, cf, co, now_ms)
 
-    def local_stats(self) -> dict[StatsKey, ModelStats]:
-        """This process's figures (a copy), keyed by (model, version)."""
-        return {(n, str(v)): s.stats.snapshot() for (n, v, _), s in self._schedulers.items()}
+    def local_stats(self) -> dict[ModelKey, ModelStats]:
+        """This process's figures (a copy), by version."""
+        return {m.key.version_key: m.scheduler.stats.snapshot() for m in self.registry.all_models() if m.scheduler}
 
-    async def _local_stats(self) -> dict[StatsKey, ModelStats]:
+    async def _local_stats(self) -> dict[ModelKey, ModelStats]:
         return self.local_stats()
 
-    def _stats_entries(self, name: str, version: str) -> list[ModelVersionEntry]:
+    def _stats_models(self, name: str, version: str) -> list[ServedModel]:
         """The ready versions a statistics request names, with Triton's errors."""
         if not name:
-            return [e for e in self.catalog.all_entries() if e.state is ModelState.READY]
-        ready = [e for e in self.catalog.versions(name) if e.state is ModelState.READY]
+            return [m for m in self.registry.all_models() if m.state is ModelState.READY]
+        ready = [m for m in self.registry.versions(name) if m.state is ModelState.READY]
         if not ready:
             raise InvalidArgument(f"requested model '{name}' is not available")
         if not version:
@@ -273,13 +266,22 @@ class InferenceService:
             number = int(version)
         except ValueError:
             raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'") from None
-        chosen = [e for e in ready if e.version == number]
+        chosen = [m for m in ready if m.version == number]
         if not chosen:
             raise InvalidArgument(f"requested model '{name}' version {version} is not available")
         return chosen
 
     async def model_statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Cumulative statistics of the named (or every) ready model version, from every front end."""
-        entries = self._stats_entries(name, version)
+        models = self._stats_models(name, version)
         figures = await self.stats_source()
-        return [figures.get((e.name, str(e.version))) or ModelStats(e.name, str(e.version)) for e in entries]
+        return [figures.get(m.key.version_key) or ModelStats(m.name, str(m.version)) for m in models]
+
+    async def model_metrics(self) -> list[ModelMetrics]:
+        """What the metrics port shows: each ready version's statistics, metric tags and instance count."""
+        out = []
+        for stats in await self.model_statistics():
+            model = self.registry.resolve(stats.name, stats.version)
+            instances = None if model.is_ensemble else self.executor.instances(model.key)
+            out.append(ModelMetrics(stats, dict(model.config.metric_tags), instances))
+        return out

@@ -1,7 +1,7 @@
 """In-process integration: the real repository, backends, service and both front ends, without Ray.
 
-``local_service(repo_dir)`` wires what the Ray gateway wires (catalog + executor)
-but runs every model instance in this process with :class:`LocalModelExecutor`.
+``local_service(repo_dir)`` serves a repository as the Ray gateway does (registry,
+service, schedulers) but runs every model instance in this process (:class:`LocalHost`).
 The HTTP app is driven through httpx's ASGI transport; the gRPC server binds a
 free loopback port and is stopped after each test.
 """
@@ -19,16 +19,12 @@ import httpx
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
-from serve_app.backends import BackendContext
-from serve_app.errors import ServeError
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
-from serve_app.inference.signature import ModelSignature
-from serve_app.local.executor import LocalModelExecutor
-from serve_app.repository import ModelRepository
+from serve_app.inference.types import InferRequest, InferResponse
+from serve_app.local.host import LocalHost
 from serve_app.runtime import ModelInstance
-from serve_app.service import InferenceService, ModelCatalog, ModelVersionEntry
-from serve_app.service.catalog import FailedModel
+from serve_app.service import InferenceService
 
 # Models in the shared repository.
 ADD_SUB = "add_sub"  # FP32 [16], max_batch_size 8: OUTPUT0 = a + b, OUTPUT1 = a - b
@@ -54,25 +50,14 @@ def build_repository(repo: pathlib.Path) -> pathlib.Path:
     return repo
 
 
-def local_service(
-    repo_dir: str | pathlib.Path, instances: dict[tuple[str, int], ModelInstance] | None = None
-) -> InferenceService:
-    """Load every model of ``repo_dir`` in this process and serve it with an InferenceService.
+def local_service(repo_dir: str | pathlib.Path) -> LocalHost:
+    """Every model of ``repo_dir`` served in this process (:class:`LocalHost`)."""
+    return LocalHost.from_repository(repo_dir)
 
-    ``instances``, when given, is filled with the ModelInstance of each (model, version).
-    """
-    catalog = ModelCatalog()
-    instances = {} if instances is None else instances
-    for name, source in ModelRepository(repo_dir).load_all().items():
-        if isinstance(source, ServeError):
-            catalog.add_failed(FailedModel(name, source.message))
-            continue
-        for version, model_file in source.versions.items():
-            ctx = BackendContext(model_name=name, version=version, config=source.config, model_file=model_file)
-            instances[(name, version)] = ModelInstance(ctx)
-            signature = ModelSignature.from_config(source.config, str(version))
-            catalog.add(ModelVersionEntry(name, version, source.config, signature, labels=source.labels))
-    return InferenceService(catalog, LocalModelExecutor(instances))
+
+async def infer(service: InferenceService, request: InferRequest) -> InferResponse:
+    """A decoded request through the service as a front end sends it: resolve its model, then infer."""
+    return await service.infer(service.model(request.model_name, request.model_version), request)
 
 
 def free_port() -> int:
@@ -88,11 +73,9 @@ def repo_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def loaded(repo_dir: pathlib.Path) -> Iterator[tuple[InferenceService, dict[tuple[str, int], ModelInstance]]]:
-    instances: dict[tuple[str, int], ModelInstance] = {}
-    svc = local_service(repo_dir, instances)
-    yield svc, instances
-    for instance in instances.values():
-        instance.close()
+    host = local_service(repo_dir)
+    yield host.service, host.instances
+    host.close()
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> InferenceService:
     config = d / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "OUTPUT0"', 'name: "OUTPUT0" label_filename: "labels.txt"'))
     example_models.identity(repo, "INT32", name="int_scores")
-    return local_service(repo)
+    return local_service(repo).service
 
 
 SCORES = [0.5, 9.0, 0.25, 3.0]

@@ -185,7 +185,7 @@ async def test_loading_version(
     http: httpx.AsyncClient, service: InferenceService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A version still loading: server not ready, listed LOADING, not in the ready index, 503 on infer."""
-    entry = service.catalog.resolve(VERSIONED, "3")
+    entry = service.registry.resolve(VERSIONED, "3")
     monkeypatch.setattr(entry, "state", ModelState.LOADING)
     assert (await http.get("/v2/health/ready")).status_code == 400
     assert (await http.get(f"/v2/models/{VERSIONED}/versions/3/ready")).status_code == 400

@@ -66,7 +66,7 @@ GOOD = (fp32("INPUT0", (1, 16)), fp32("INPUT1", (1, 16)))
 
 
 def _loading(service: InferenceService, _: Any, mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(service.catalog.resolve(VERSIONED, "3"), "state", ModelState.LOADING)
+    mp.setattr(service.registry.resolve(VERSIONED, "3"), "state", ModelState.LOADING)
 
 
 def _explode(_: InferenceService, instances: dict[tuple[str, int], ModelInstance], mp: pytest.MonkeyPatch) -> None:

@@ -225,7 +225,7 @@ async def test_http_without_control(http: httpx.AsyncClient, service: InferenceS
     r = await http.post(f"/v2/repository/models/{MODEL}/load", json={"parameters": {"file:x": "QUJD"}})
     assert_error(r, 400, FILES_NEED_CONFIG)
     index = (await http.post("/v2/repository/index")).json()
-    assert {"name": ADD_SUB, "version": "1", "state": "READY"} in index  # the catalog's index
+    assert {"name": ADD_SUB, "version": "1", "state": "READY"} in index  # the registry's index
 
 
 async def test_server_metadata_lists_the_extension(http: httpx.AsyncClient) -> None:

@@ -28,9 +28,10 @@ from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 
 from serve_app.errors import InvalidArgument, ServeError
 from serve_app.inference.types import InferRequest, InferTensor, RequestedOutput
+from serve_app.keys import ModelKey
 from serve_app.service import InferenceService
 from serve_app.stats import ModelStats
-from tests.integration.conftest import local_service
+from tests.integration.conftest import infer as service_infer, local_service
 
 Stub = service_pb2_grpc.GRPCInferenceServiceStub
 
@@ -189,7 +190,7 @@ def build_sequence_repository(repo: pathlib.Path) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def sequence_service(tmp_path_factory: pytest.TempPathFactory) -> InferenceService:
-    return local_service(build_sequence_repository(tmp_path_factory.mktemp("sequence_repo")))
+    return local_service(build_sequence_repository(tmp_path_factory.mktemp("sequence_repo"))).service
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +240,7 @@ def seq_request(
 
 
 async def infer(svc: InferenceService, *args: Any, **kw: Any) -> dict[str, Any]:
-    resp = await svc.infer(seq_request(*args, **kw))
+    resp = await service_infer(svc, seq_request(*args, **kw))
     return {t.name: t.data.ravel().tolist()[0] for t in resp.outputs}
 
 
@@ -252,7 +253,7 @@ def sums(values: list[int], initial: int = 0) -> list[int]:
 
 
 def stats(svc: InferenceService, model: str) -> ModelStats:
-    return svc.local_stats().get((model, "1")) or ModelStats(model, "1")
+    return svc.local_stats().get(ModelKey(model, 1)) or ModelStats(model, "1")
 
 
 def executions_by_size(after: ModelStats, before: ModelStats) -> dict[int, int]:
@@ -350,7 +351,7 @@ async def test_unbatched_model_with_initial_state_from_a_file(svc: InferenceServ
     ]
     assert [o["OUTPUT"] for o in outs] == [INITIAL + 1, INITIAL + 3, INITIAL + 6]
     assert [o["OUT_START"] for o in outs] == [1, 0, 0]
-    resp = await svc.infer(seq_request(ACC_NOBATCH, 4, 1, start=True, end=True, batched=False))
+    resp = await service_infer(svc, seq_request(ACC_NOBATCH, 4, 1, start=True, end=True, batched=False))
     assert resp.outputs[0].shape == (1,)
 
 
@@ -376,14 +377,14 @@ async def test_errors(svc: InferenceService) -> None:
     cases.append((batch2, "must specify batch-size 1 due to requirements of sequence batcher"))
     for request, fragment in cases:
         with pytest.raises(InvalidArgument) as exc:
-            await svc.infer(request)
+            await service_infer(svc, request)
         assert fragment in exc.value.message, (request.parameters, exc.value.message)
 
 
 async def test_request_after_end_needs_start(svc: InferenceService) -> None:
     await run_sequence(svc, ACC_DIRECT, 31, [1, 2])
     with pytest.raises(InvalidArgument, match=START_FLAG):
-        await svc.infer(seq_request(ACC_DIRECT, 31, 3))
+        await service_infer(svc, seq_request(ACC_DIRECT, 31, 3))
     # ... and START begins it again from the initial state.
     assert (await infer(svc, ACC_DIRECT, 31, 3, start=True, end=True))["OUTPUT"] == 3
 
@@ -394,14 +395,14 @@ async def test_idle_sequence_loses_its_slot_to_the_backlog(svc: InferenceService
     second = asyncio.create_task(infer(svc, ACC_IDLE, 2, 7, start=True, end=True))
     assert (await asyncio.wait_for(second, 5))["OUTPUT"] == 7
     with pytest.raises(InvalidArgument, match=START_FLAG):
-        await svc.infer(seq_request(ACC_IDLE, 1, 1))
+        await service_infer(svc, seq_request(ACC_IDLE, 1, 1))
 
 
 async def test_sequence_statistics(svc: InferenceService) -> None:
     before = stats(svc, ACC_OLDEST)
     await run_sequence(svc, ACC_OLDEST, 61, [1, 1, 1])
     with pytest.raises(InvalidArgument):
-        await svc.infer(seq_request(ACC_OLDEST, 61, 1))
+        await service_infer(svc, seq_request(ACC_OLDEST, 61, 1))
     after = stats(svc, ACC_OLDEST)
     assert after.inference_count - before.inference_count == 3
     assert after.execution_count - before.execution_count == 3  # one sequence: one request per execution

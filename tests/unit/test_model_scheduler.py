@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from google.protobuf import text_format
 
 from serve_app.errors import InternalError, InvalidArgument, ServeError, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.inference.options import request_priority, request_timeout_us
+from serve_app.inference.options import RequestOptions, request_priority, request_timeout_us
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
@@ -21,6 +22,12 @@ from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.stats import ModelStats
 
 WIDTH = 2
+
+
+async def send(scheduler: Any, req: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+    """``req`` through the service's option parsing, then the scheduler (as the service does)."""
+    options = RequestOptions.parse(req, scheduler.signature, batch_size=batch_size, sequence_model=False)
+    return await scheduler.submit(req, options, arrival_ns)
 
 
 def model_config(max_batch_size: int = 8, dynamic_batching: str | None = "preferred_batch_size: [8]") -> mc.ModelConfig:
@@ -137,7 +144,7 @@ def request(
 def start(sched: ModelScheduler, req: InferRequest, arrival_ns: int | None = None) -> asyncio.Task[InferResponse]:
     batch_size = req.inputs[0].shape[0] if sched.signature.batching else 0
     arrival = time.monotonic_ns() if arrival_ns is None else arrival_ns
-    return asyncio.create_task(sched.submit(req, batch_size, arrival))
+    return asyncio.create_task(send(sched, req, batch_size, arrival))
 
 
 async def settle() -> None:
@@ -410,7 +417,7 @@ async def test_wrong_number_of_results_fails_the_call() -> None:
     config = model_config()
     sched = ModelScheduler(config, ModelSignature.from_config(config, "1"), short, capacity=1)
     with pytest.raises(InternalError, match="0 results for 1 executions"):
-        await sched.submit(request(1.0), 1, time.monotonic_ns())
+        await send(sched, request(1.0), 1, time.monotonic_ns())
     assert sched.stats.failure_count == 1
     assert sched.inflight == 0
 
@@ -695,7 +702,7 @@ async def test_invalid_scheduling_parameter_is_rejected_and_counts_nowhere(param
     config = model_config(dynamic_batching="preferred_batch_size: [8] priority_levels: 2 default_priority_level: 1")
     sched = scheduler(config, instance)
     with pytest.raises(InvalidArgument):
-        await sched.submit(request(1.0, parameters=parameters), 1, time.monotonic_ns())
+        await send(sched, request(1.0, parameters=parameters), 1, time.monotonic_ns())
     assert sched.stats == ModelStats("m", "1")
     assert sched.queued == 0
     assert instance.calls == []

@@ -11,7 +11,7 @@ import pytest
 from serve_app.errors import InvalidArgument, ServeError
 from serve_app.inference.options import SequenceFlags, sequence_flags
 from serve_app.inference.types import InferRequest, ParamValue
-from serve_app.sequence.messages import Assignment, SequenceStep, StepResult, model_key
+from serve_app.sequence.messages import Assignment, SequenceStep, StepResult
 
 NON_ZERO = "inference request to model 'seq' must specify a non-zero or non-empty correlation ID"
 
@@ -80,11 +80,6 @@ def test_errors_are_invalid_argument() -> None:
     with pytest.raises(ServeError) as exc:
         flags(sequence_id=0)
     assert isinstance(exc.value, InvalidArgument)
-
-
-def test_model_key() -> None:
-    assert model_key("m", 3) == "m:3"
-    assert model_key("m", "3") == "m:3"
 
 
 def test_step_and_result_survive_pickling() -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 from google.protobuf import text_format
 
 from serve_app.errors import InternalError, InvalidArgument, NotFound, ServeError, Unavailable
-from serve_app.inference.options import CorrId
+from serve_app.inference.options import CorrId, RequestOptions
 from serve_app.inference.signature import ModelSignature
-from serve_app.inference.types import InferRequest, InferTensor, ParamValue, RequestedOutput
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.messages import Assignment, Recovery, SequenceStep, StateBackup, StepResult
 from serve_app.sequence.scheduler import SequenceScheduler
@@ -21,6 +22,12 @@ from serve_app.sequence.scheduler import SequenceScheduler
 START_FLAG = (
     "inference request for sequence {} to model 'seq' must specify the START flag on the first request of the sequence"
 )
+
+
+async def send(scheduler: Any, req: InferRequest, batch_size: int, arrival_ns: int) -> InferResponse:
+    """``req`` through the service's option parsing, then the scheduler (as the service does)."""
+    options = RequestOptions.parse(req, scheduler.signature, batch_size=batch_size, sequence_model=True)
+    return await scheduler.submit(req, options, arrival_ns)
 
 
 def config(corrid: str = "TYPE_UINT64", max_batch_size: int = 4) -> mc.ModelConfig:
@@ -144,7 +151,7 @@ def request(
 
 
 async def submit(s: SequenceScheduler, req: InferRequest, batch_size: int = 1) -> dict[str, list[int]]:
-    resp = await s.submit(req, batch_size, 0)
+    resp = await send(s, req, batch_size, 0)
     assert (resp.model_name, resp.model_version, resp.id) == ("seq", "1", req.id)
     return {t.name: t.data.ravel().tolist() for t in resp.outputs}
 
@@ -202,7 +209,7 @@ async def test_requested_outputs_only() -> None:
     port = FakePort()
     s = scheduler(port)
     assert await submit(s, request(7, 4, start=True, outputs=("NEG",))) == {"NEG": [-4]}
-    resp = await s.submit(request(7, 4), 1, 0)
+    resp = await send(s, request(7, 4), 1, 0)
     assert [(t.name, t.datatype, t.shape) for t in resp.outputs] == [
         ("DOUBLE", "INT32", (1, 1)),
         ("NEG", "INT32", (1, 1)),
@@ -268,7 +275,7 @@ async def test_start_answered_not_here_is_an_error() -> None:
     port.handler = lambda a, st: StepResult(not_here=True)
     s = scheduler(port)
     with pytest.raises(ServeError):
-        await s.submit(request(7, start=True), 1, 0)
+        await send(s, request(7, start=True), 1, 0)
 
 
 async def test_unavailable_from_dispatch_is_lost() -> None:
@@ -350,7 +357,7 @@ async def test_batch_size_two_rejected() -> None:
     port = FakePort()
     s = scheduler(port)
     with pytest.raises(InvalidArgument) as exc:
-        await s.submit(request(7, start=True), 2, 0)
+        await send(s, request(7, start=True), 2, 0)
     assert exc.value.message == (
         "inference request to model 'seq' must specify batch-size 1 due to requirements of sequence batcher"
     )
@@ -361,7 +368,7 @@ async def test_batch_size_two_rejected() -> None:
 async def test_batch_size_zero_or_one_accepted(batch_size: int) -> None:
     port = FakePort()
     s = scheduler(port)
-    await s.submit(request(7, start=True), batch_size, 0)
+    await send(s, request(7, start=True), batch_size, 0)
     assert port.calls[-1][0] == "dispatch"
 
 
@@ -369,7 +376,7 @@ async def test_missing_correlation_id() -> None:
     port = FakePort()
     s = scheduler(port)
     with pytest.raises(InvalidArgument, match="must specify a non-zero or non-empty correlation ID"):
-        await s.submit(request(None, start=True), 1, 0)
+        await send(s, request(None, start=True), 1, 0)
     assert port.calls == []
 
 
@@ -377,7 +384,7 @@ async def test_string_id_for_a_numeric_corrid() -> None:
     port = FakePort()
     s = scheduler(port)
     with pytest.raises(InvalidArgument, match="expects a TYPE_UINT64 correlation ID"):
-        await s.submit(request("abc", start=True), 1, 0)
+        await send(s, request("abc", start=True), 1, 0)
     assert port.calls == []
 
 
@@ -388,8 +395,8 @@ async def test_steps_dispatched_in_order_while_the_start_waits_for_a_slot() -> N
     port = FakePort()
     port.assign_gates[7] = asyncio.Event()
     s = scheduler(port)
-    tasks = [asyncio.create_task(s.submit(request(7, i + 1, start=i == 0, end=i == 3), 1, 0)) for i in range(4)]
-    other = asyncio.create_task(s.submit(request(8, 9, start=True, end=True), 1, 0))
+    tasks = [asyncio.create_task(send(s, request(7, i + 1, start=i == 0, end=i == 3), 1, 0)) for i in range(4)]
+    other = asyncio.create_task(send(s, request(8, 9, start=True, end=True), 1, 0))
     for _ in range(5):
         await asyncio.sleep(0)
     assert not any(t.done() for t in tasks)
@@ -409,9 +416,9 @@ async def test_ordering_holds_when_a_step_fails() -> None:
     port = FakePort()
     port.assign_gates[7] = asyncio.Event()
     s = scheduler(port)
-    first = asyncio.create_task(s.submit(request(7, 1, start=True), 1, 0))
-    bad = asyncio.create_task(s.submit(request(7, 2), 2, 0))  # rejected before it is queued
-    second = asyncio.create_task(s.submit(request(7, 3, end=True), 1, 0))
+    first = asyncio.create_task(send(s, request(7, 1, start=True), 1, 0))
+    bad = asyncio.create_task(send(s, request(7, 2), 2, 0))  # rejected before it is queued
+    second = asyncio.create_task(send(s, request(7, 3, end=True), 1, 0))
     await asyncio.sleep(0)
     port.assign_gates[7].set()
     await first
@@ -429,13 +436,13 @@ async def test_statistics() -> None:
     clock = FakeClock()
     s = scheduler(port, clock=clock)
     clock.now = 5_000
-    await s.submit(request(7, start=True), 1, 1_000)  # arrived at 1000, sent at 5000, 100 ns in the instance
+    await send(s, request(7, start=True), 1, 1_000)  # arrived at 1000, sent at 5000, 100 ns in the instance
     port.handler = lambda a, st: StepResult(
         outputs=dict.fromkeys(st.outputs, st.inputs["INPUT"]), execution_batch=0, queue_ns=7
     )  # batched with another row: that other step carries the execution
-    await s.submit(request(7), 1, 5_000)
+    await send(s, request(7), 1, 5_000)
     with pytest.raises(InvalidArgument):
-        await s.submit(request(99), 1, 5_000)  # never started: the router's START-flag error
+        await send(s, request(99), 1, 5_000)  # never started: the router's START-flag error
     st = s.stats
     assert st.inference_count == 2
     assert st.execution_count == 1

@@ -1,0 +1,93 @@
+"""A model repository served in this process, without Ray.
+
+The same repository loading, validation, service and schedulers as the Ray
+gateway, with every model instance in this process
+(:class:`~serve_app.local.executor.LocalModelExecutor`): what tests, the
+fuzzer and ``python -m serve_app --local`` run.  Models load as the model
+manager loads them: one that fails is listed UNAVAILABLE with its reason and
+does not stop the others; ensembles whose steps can't be served fail; every
+instance runs its warmup samples, which count in the statistics.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from typing import Any
+
+from serve_app.backends import BackendContext
+from serve_app.config.ensemble_deps import ensemble_problems
+from serve_app.errors import ServeError, as_serve_error
+from serve_app.local.executor import LocalModelExecutor
+from serve_app.repository import ModelRepository
+from serve_app.runtime import ModelInstance
+from serve_app.service import FailedModel, InferenceService, ModelRegistry, ServedModel
+from serve_app.service.registry import ensemble_readiness
+
+logger = logging.getLogger("serve_app")
+
+
+class LocalHost:
+    """The service over a repository's models, and what it holds (close it when done)."""
+
+    def __init__(
+        self, service: InferenceService, executor: LocalModelExecutor, instances: dict[tuple[str, int], ModelInstance]
+    ) -> None:
+        self.service = service
+        self.executor = executor
+        self.instances = instances  # (model, version) -> its one instance, e.g. to patch a backend in tests
+
+    @classmethod
+    def from_repository(cls, repo_dir: str | pathlib.Path, **service_options: Any) -> LocalHost:
+        """Load every model of ``repo_dir``; ``service_options`` go to :class:`InferenceService`."""
+        registry = ModelRegistry()
+        instances: dict[tuple[str, int], ModelInstance] = {}
+        sources = {}
+        for name, source in ModelRepository(repo_dir).load_all().items():
+            if isinstance(source, ServeError):
+                registry.add_failed(FailedModel(name, source.message))
+            else:
+                sources[name] = source
+        problems = ensemble_problems(
+            {n: s.config for n, s in sources.items()}, {n: set(s.versions) for n, s in sources.items()}
+        )
+        warmups: list[tuple[ServedModel, list[tuple[int, int, int, int]]]] = []
+        for name, source in sources.items():
+            if name in problems:
+                registry.add_failed(FailedModel(name, problems[name]))
+                continue
+            try:
+                models = []
+                for version, model_file in source.versions.items():
+                    model = ServedModel.create(name, version, source.config, labels=source.labels)
+                    if not model.is_ensemble:
+                        ctx = BackendContext(
+                            model_name=name, version=version, config=source.config, model_file=model_file
+                        )
+                        instance = instances[(name, version)] = ModelInstance(ctx)
+                        warmups.append((model, instance.warm_up().figures()))
+                    models.append(model)
+            except Exception as exc:
+                reason = as_serve_error(exc).message
+                logger.warning("model '%s': failed to load: %s", name, reason)
+                for version in source.versions:
+                    failed = instances.pop((name, version), None)
+                    if failed is not None:
+                        failed.close()
+                warmups = [(m, f) for m, f in warmups if m.name != name]
+                registry.add_failed(FailedModel(name, reason))
+                continue
+            for model in models:
+                registry.add(model)
+        ensemble_readiness(registry)
+        executor = LocalModelExecutor(instances)
+        service = InferenceService(registry, executor, **service_options)
+        for model, figures in warmups:
+            if figures:
+                service.record_warmup(model, figures)
+        return cls(service, executor, instances)
+
+    def close(self) -> None:
+        self.executor.close()
+        for instance in self.instances.values():
+            instance.close()

@@ -1,0 +1,30 @@
+"""Where a model version's executions run: the port the service schedules onto.
+
+Two hosts implement it: the Ray gateway's executor (instances are Serve
+replicas, reached over direct channels) and the local host's (instances in
+this process, for tests, tools and Ray-free serving).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.keys import ModelKey
+from serve_app.sequence.port import SequencePort
+
+
+class ModelExecutor(Protocol):
+    def capacity(self, key: ModelKey) -> int:
+        """How many calls may be in flight to the version's instances at once."""
+        ...
+
+    def instances(self, key: ModelKey) -> int:
+        """How many instances of the version can take work now (for the metrics)."""
+        ...
+
+    async def execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]: ...
+
+    def sequence_port(self, key: ModelKey) -> SequencePort:
+        """How a sequence model's steps reach the router and its instances."""
+        ...
