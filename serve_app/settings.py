@@ -1,81 +1,131 @@
-"""Server settings shared by the CLI, the `serve run` builder and the configs/ file."""
+"""Server settings shared by the CLI, the `serve run` builder and the configs/ file.
+
+Each field carries its own help (``metadata["help"]``): the CLI's flags and
+``docs/configuration.md`` are generated from these fields, so the three ways
+to run the server share one set of names and defaults.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any
 
 from serve_app.errors import InvalidArgument
+from serve_app.limits import DEFAULT_LIMITS, RequestLimits
+from serve_app.security.restricted import RestrictedApis
+from serve_app.security.tls import TlsSettings, optional_tls
 
 CONTROL_MODES = ("none", "poll", "explicit")
 
 
+def setting(default: Any, help: str, **meta: Any) -> Any:
+    """A settings field: its default, its help, and how the CLI spells it.
+
+    ``flag``: the CLI flag when it is not ``--<field-name>`` (Triton's own names win);
+    ``path``: made absolute by the CLI; ``repeat``: a repeatable flag (tuple fields);
+    ``choices``: the values the CLI accepts; ``sep``: the separator of a tuple given as one
+    string in `serve run key=value` args (default ",")."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    model_repository: str
-    host: str = "0.0.0.0"
-    http_port: int = 8000
-    grpc_port: int = 8001
-    metrics_port: int = 8002
-    # Gateway replicas (our HTTP/gRPC front end); they share the ports with SO_REUSEPORT.
-    gateway_replicas: int = 1
-    # Logical CPUs each KIND_CPU/KIND_GPU model instance reserves in Ray.
-    instance_cpus: float = 1.0
-    # Calls (batches) in flight per model instance from each gateway.  1 is Triton's rule (a batch is
-    # formed when an instance is free, so batches grow while it works); 2 also hides the Ray hop.
-    max_inflight_per_instance: int = 1
-    # Gateways send batches to model instances over a direct channel (False: through Serve handles).
-    direct_channel: bool = True
-    # Name of the Serve application.
-    app_name: str = "serve_app"
-    # Custom resources naming one GPU each: a node with GPUs 0 and 1 declares {"<prefix>0": 1, "<prefix>1": 1}.
-    # With them, instance groups may list `gpus` and every GPU instance is pinned to its GPU index.
-    gpu_resource_prefix: str = "gpu_idx_"
-    # Before planning instances, wait until the cluster shows at least this many GPUs (GPU nodes may join
-    # after the head, e.g. on KubeRay), for at most wait_for_gpus_s seconds; 0: plan with what is there.
-    wait_for_gpus: int = 0
-    wait_for_gpus_s: float = 600.0
-    # Triton's model control: none (load all at start), poll (also follow the repository's changes every
-    # repository_poll_secs) or explicit (load what load_model names, then the repository API decides).
-    model_control_mode: str = "none"
-    load_model: tuple[str, ...] = ()  # explicit mode's startup models; "*" is every model
-    repository_poll_secs: float = 15.0
-    # YAML/JSON file of per-model autoscaling settings ({model: {min_replicas: 1, max_replicas: 4, ...}})
-    # that win over the models' `autoscaling.*` config parameters.
-    autoscaling_file: str = ""
-    # Longest wait for a model's instances to start (placement included) before its load fails.
-    load_timeout_s: float = 600.0
-    # Requests one model version may hold queued in a gateway before new ones get 503 / UNAVAILABLE
-    # "Exceeds maximum queue size" (the model's own max_queue_size still applies per priority level).
-    # Triton queues without bound; we don't, so overload sheds load instead of growing memory and latency.
-    # 0: unbounded.
-    max_queue_size: int = 4096
-    # A model whose instances fail to load is unloaded, as in Triton (its index entry keeps the reason).
-    # True keeps its instances running, UNAVAILABLE, for inspecting where they were placed (tests, debugging).
-    keep_failed_instances: bool = False
-    # A batch whose instance doesn't answer within this many seconds fails with 503 / UNAVAILABLE (a hung
-    # instance; a dead one fails its calls at once). 0: wait for ever.
-    instance_timeout_s: float = 300.0
-    # TLS for the HTTP and gRPC ports (PEM files; both cert and key, or neither). With tls_ca and
-    # tls_require_client_cert, clients must present a certificate signed by that CA (mutual TLS).
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_ca: str = ""
-    tls_require_client_cert: bool = False
-    # Triton's --http-restricted-api / --grpc-restricted-protocol values, "<category>[,<category>...]:<key>=<value>":
-    # those APIs answer only requests carrying that header (gRPC: triton-grpc-protocol-<key>). Several
-    # groups: a list, or separated by ";" in `serve run key=value` args.
-    http_restricted_api: tuple[str, ...] = field(default=(), metadata={"sep": ";"})
-    grpc_restricted_protocol: tuple[str, ...] = field(default=(), metadata={"sep": ";"})
-    # Request limits, enforced before allocating (413 / RESOURCE_EXHAUSTED for the body, 400 for the rest);
-    # defaults: serve_app.protocol.limits.DEFAULT_LIMITS.
-    max_body_bytes: int = 256 * 1024 * 1024
-    max_tensor_elements: int = 2**28
-    max_json_depth: int = 64
-    max_inputs: int = 1024
-    max_outputs: int = 1024
-    # On SIGTERM: stop accepting (503), then wait this long for requests in progress (Triton's --exit-timeout-secs).
-    exit_timeout_s: float = 30.0
+    model_repository: str = field(metadata={"help": "path to a Triton model repository", "path": True})
+    host: str = setting("0.0.0.0", "address the HTTP, gRPC and metrics servers bind")
+    http_port: int = setting(8000, "HTTP/REST port (KServe v2 and Triton's extensions)")
+    grpc_port: int = setting(8001, "gRPC port (inference.GRPCInferenceService)")
+    metrics_port: int = setting(8002, "Prometheus metrics port")
+    gateway_replicas: int = setting(1, "front-end (gateway) replicas; they share the ports with SO_REUSEPORT")
+    instance_cpus: float = setting(1.0, "logical CPUs each KIND_CPU/KIND_GPU model instance reserves in Ray")
+    max_inflight_per_instance: int = setting(
+        1,
+        "batches in flight per model instance from each gateway: 1 is Triton's rule (a batch is formed when an "
+        "instance is free, so batches grow while it works); 2 also hides the hop behind the previous execution",
+    )
+    direct_channel: bool = setting(
+        True, "gateways send batches to model instances over a direct channel (off: through Serve handles)"
+    )
+    app_name: str = setting("serve_app", "name of the Serve application")
+    gpu_resource_prefix: str = setting(
+        "gpu_idx_",
+        "custom Ray resources naming one GPU each: a node with GPUs 0 and 1 declares "
+        '{"<prefix>0": 1, "<prefix>1": 1}; with them, instance groups may list `gpus` and every GPU instance is '
+        "pinned to its GPU index",
+    )
+    wait_for_gpus: int = setting(
+        0,
+        "before planning instances, wait until the cluster shows at least this many GPUs (GPU nodes may join "
+        "after the head, e.g. on KubeRay); 0: plan with what is there",
+    )
+    wait_for_gpus_s: float = setting(600.0, "longest wait for wait_for_gpus")
+    model_control_mode: str = setting(
+        "none",
+        "Triton's model control: none (load all at start), poll (also follow the repository's changes every "
+        "repository_poll_secs) or explicit (load what load_model names, then the repository API decides)",
+        choices=CONTROL_MODES,
+    )
+    load_model: tuple[str, ...] = setting(
+        (), "explicit mode: a model to load at start ('*': every model)", repeat=True, metavar="NAME"
+    )
+    repository_poll_secs: float = setting(15.0, "poll mode: seconds between repository polls")
+    autoscaling_file: str = setting(
+        "",
+        "YAML/JSON file of per-model autoscaling settings ({model: {min_replicas: 1, max_replicas: 4, ...}}) that "
+        "win over the models' autoscaling.* config parameters",
+        path=True,
+    )
+    load_timeout_s: float = setting(
+        600.0, "longest wait for a model's instances to start (placement included) before its load fails"
+    )
+    max_queue_size: int = setting(
+        4096,
+        "requests one model version may hold queued in a gateway before new ones get 503 / UNAVAILABLE "
+        '"Exceeds maximum queue size" (the model\'s own max_queue_size still applies per priority level); '
+        "0: unbounded.  Triton queues without bound; we don't, so overload sheds load instead of growing memory "
+        "and latency",
+    )
+    keep_failed_instances: bool = setting(
+        False,
+        "a model whose instances fail to load is unloaded, as in Triton (its index entry keeps the reason); on: "
+        "keep its instances running, UNAVAILABLE, to inspect where they were placed",
+    )
+    instance_timeout_s: float = setting(
+        300.0,
+        "a batch whose instance doesn't answer within this many seconds fails with 503 / UNAVAILABLE (a hung "
+        "instance; a dead one fails its calls at once); 0: wait for ever",
+    )
+    tls_cert: str = setting("", "PEM certificate chain: serve HTTP and gRPC over TLS (with tls_key)", path=True)
+    tls_key: str = setting("", "PEM private key of tls_cert", path=True)
+    tls_ca: str = setting("", "PEM CA bundle that signs client certificates", path=True)
+    tls_require_client_cert: bool = setting(False, "mutual TLS: clients must present a certificate signed by tls_ca")
+    http_restricted_api: tuple[str, ...] = setting(
+        (),
+        "Triton's --http-restricted-api, '<category>[,<category>...]:<key>=<value>': those APIs answer only "
+        "requests with header <key>: <value>, others get 403 (repeatable; separated by ';' in serve run args)",
+        repeat=True,
+        sep=";",
+        metavar="CATEGORIES:KEY=VALUE",
+    )
+    grpc_restricted_protocol: tuple[str, ...] = setting(
+        (),
+        "Triton's --grpc-restricted-protocol: as http_restricted_api, with the metadata key "
+        "triton-grpc-protocol-<key>; refused calls get UNAVAILABLE",
+        repeat=True,
+        sep=";",
+        metavar="CATEGORIES:KEY=VALUE",
+    )
+    max_body_bytes: int = setting(
+        DEFAULT_LIMITS.max_body_bytes, "limit: request body bytes (HTTP) and message bytes (gRPC); more: 413"
+    )
+    max_tensor_elements: int = setting(DEFAULT_LIMITS.max_tensor_elements, "limit: tensor elements in one request")
+    max_json_depth: int = setting(DEFAULT_LIMITS.max_json_depth, "limit: nesting depth of an HTTP JSON body")
+    max_inputs: int = setting(DEFAULT_LIMITS.max_inputs, "limit: inputs in one request")
+    max_outputs: int = setting(DEFAULT_LIMITS.max_outputs, "limit: requested outputs in one request")
+    exit_timeout_s: float = setting(
+        30.0,
+        "on SIGTERM/SIGINT: stop accepting requests (503), then wait this long for those in progress",
+        flag="--exit-timeout-secs",
+    )
 
     def __post_init__(self) -> None:
         if self.model_control_mode not in CONTROL_MODES:
@@ -88,10 +138,8 @@ class ServerSettings:
         self.limits()
         self.restricted_apis()
 
-    def limits(self) -> Any:
+    def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
-        from serve_app.limits import RequestLimits
-
         try:
             return RequestLimits(
                 max_body_bytes=self.max_body_bytes,
@@ -103,16 +151,12 @@ class ServerSettings:
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
 
-    def tls(self) -> Any:
+    def tls(self) -> TlsSettings | None:
         """The TLS settings, or None without a certificate."""
-        from serve_app.security.tls import optional_tls
-
         return optional_tls(self.tls_cert, self.tls_key, self.tls_ca, self.tls_require_client_cert)
 
-    def restricted_apis(self) -> tuple[Any, Any]:
+    def restricted_apis(self) -> tuple[RestrictedApis, RestrictedApis]:
         """(HTTP, gRPC) restricted APIs, parsed as Triton parses its flags."""
-        from serve_app.security.restricted import RestrictedApis
-
         return (
             RestrictedApis.parse(list(self.http_restricted_api)),
             RestrictedApis.parse(list(self.grpc_restricted_protocol), grpc=True),
@@ -147,6 +191,11 @@ class ServerSettings:
 
     def to_args(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def setting_fields() -> list[Field[Any]]:
+    """The settings, in order, for the CLI and the configuration reference."""
+    return list(fields(ServerSettings))
 
 
 def _names(raw: Any, sep: str = ",") -> tuple[str, ...]:

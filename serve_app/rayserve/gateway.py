@@ -20,10 +20,7 @@ import logging
 import time
 from typing import Any
 
-from serve_app.grpc_server import start_grpc_server
-from serve_app.http_server import build_http_app, build_metrics_app
-from serve_app.http_server.restricted import restrict_http_app
-from serve_app.http_server.server import reuse_port_socket, serve_http
+from serve_app.front_ends import start_front_ends
 from serve_app.keys import ModelKey
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
@@ -59,21 +56,7 @@ class Gateway:
         )
         self._apply_lock = asyncio.Lock()
         await self.apply_state(await manager.state.remote())
-        s = settings
-        tls = s.tls()
-        if tls is not None:
-            tls.check()
-        http_apis, grpc_apis = s.restricted_apis()
-        limits = s.limits()
-        http_app = restrict_http_app(build_http_app(self.service, limits=limits), http_apis)
-        self._http, self._http_task = serve_http(http_app, reuse_port_socket(s.host, s.http_port), tls)
-        # The metrics port stays plain and open, as Triton's.
-        self._metrics, self._metrics_task = serve_http(
-            build_metrics_app(self.service), reuse_port_socket(s.host, s.metrics_port)
-        )
-        self._grpc = await start_grpc_server(
-            self.service, s.host, s.grpc_port, tls=tls, restricted=grpc_apis, limits=limits
-        )
+        self._front = await start_front_ends(self.service, settings)
         self._watcher = asyncio.get_running_loop().create_task(self._watch_state())
 
     # -- what it serves ----------------------------------------------------------------------
@@ -174,20 +157,15 @@ class Gateway:
         return await self.service.drain(timeout_s)
 
     async def check_health(self) -> None:
-        if self._http_task.done():
-            raise RuntimeError("HTTP server stopped")
-        if self._metrics_task.done():
-            raise RuntimeError("metrics server stopped")
+        self._front.check()
 
     async def __del__(self) -> None:
         """Also runs after a constructor that failed half-way: stop whatever was started."""
         watcher = getattr(self, "_watcher", None)
         if watcher is not None:
             watcher.cancel()
-        for server in (getattr(self, "_http", None), getattr(self, "_metrics", None)):
-            if server is not None:
-                server.should_exit = True
         if hasattr(self, "executor"):
             self.executor.close()
-        if getattr(self, "_grpc", None) is not None:
-            await self._grpc.stop(grace=1.0)
+        front = getattr(self, "_front", None)
+        if front is not None:
+            await front.stop(grace_s=1.0)

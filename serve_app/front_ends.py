@@ -1,0 +1,74 @@
+"""The three servers of one front-end process: HTTP, gRPC and metrics, as the settings configure them.
+
+The Ray gateway and the local host serve a :class:`InferenceService` the same
+way: TLS and Triton's restricted APIs on HTTP and gRPC, the request limits,
+and a plain metrics port (as Triton's).  Ports are bound with SO_REUSEPORT,
+so several processes may share them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from serve_app.grpc_server import start_grpc_server
+from serve_app.http_server import build_http_app, build_metrics_app
+from serve_app.http_server.restricted import restrict_http_app
+from serve_app.http_server.server import reuse_port_socket, serve_http
+from serve_app.service import InferenceService
+from serve_app.settings import ServerSettings
+
+if TYPE_CHECKING:
+    import grpc
+    import uvicorn
+
+
+@dataclass
+class FrontEnds:
+    http: uvicorn.Server
+    http_task: asyncio.Task[None]
+    metrics: uvicorn.Server
+    metrics_task: asyncio.Task[None]
+    grpc: grpc.aio.Server
+
+    def check(self) -> None:
+        """Raise if a server stopped by itself."""
+        if self.http_task.done():
+            raise RuntimeError("HTTP server stopped")
+        if self.metrics_task.done():
+            raise RuntimeError("metrics server stopped")
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        self.http.should_exit = True
+        self.metrics.should_exit = True
+        await self.grpc.stop(grace=grace_s)
+
+
+async def start_front_ends(service: InferenceService, settings: ServerSettings) -> FrontEnds:
+    """Serve ``service`` on the settings' ports (raises OSError naming a port that can't be bound)."""
+    s = settings
+    tls = s.tls()
+    if tls is not None:
+        tls.check()
+    http_apis, grpc_apis = s.restricted_apis()
+    limits = s.limits()
+    http_sock = _bind(s.host, s.http_port, "HTTP")
+    metrics_sock = _bind(s.host, s.metrics_port, "metrics")
+    http_app = restrict_http_app(build_http_app(service, limits=limits), http_apis)
+    http, http_task = serve_http(http_app, http_sock, tls)
+    metrics, metrics_task = serve_http(build_metrics_app(service), metrics_sock)
+    try:
+        server = await start_grpc_server(service, s.host, s.grpc_port, tls=tls, restricted=grpc_apis, limits=limits)
+    except BaseException:
+        http.should_exit = metrics.should_exit = True
+        raise
+    return FrontEnds(http, http_task, metrics, metrics_task, server)
+
+
+def _bind(host: str, port: int, what: str) -> socket.socket:
+    try:
+        return reuse_port_socket(host, port)
+    except OSError as exc:
+        raise OSError(f"could not bind the {what} port {host}:{port}: {exc.strerror or exc}") from None

@@ -1,0 +1,65 @@
+"""``python -m serve_app --local``: serve a repository from this one process, without Ray.
+
+The same service, schedulers and front ends as the Ray gateway, with every
+model instance in this process (:class:`~serve_app.local.host.LocalHost`).
+It is for development and tests: the repository is loaded once (model
+control mode none), and nothing scales or moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+
+from serve_app.front_ends import start_front_ends
+from serve_app.local.host import LocalHost
+from serve_app.settings import ServerSettings
+
+
+async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
+    """Load the repository, serve it until ``stop`` is set, then drain."""
+    t0 = time.monotonic()
+    host = await asyncio.to_thread(
+        LocalHost.from_repository, settings.model_repository, max_queued=settings.max_queue_size
+    )
+    try:
+        for name in host.service.registry.names():
+            for model in host.service.registry.versions(name):
+                print(f"model '{name}' version {model.version}: {model.state.value}", flush=True)
+            failed = host.service.registry.failed(name)
+            if failed is not None and not host.service.registry.versions(name):
+                print(f"model '{name}' version -: UNAVAILABLE: {failed.reason}", flush=True)
+        front = await start_front_ends(host.service, settings)
+        print(
+            f"serve_app (local, no Ray) ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:"
+            f"{settings.http_port}, gRPC {settings.host}:{settings.grpc_port}",
+            flush=True,
+        )
+        try:
+            await stop.wait()
+            print(f"shutting down: waiting up to {settings.exit_timeout_s:g}s for requests in progress", flush=True)
+            left = await host.service.drain(settings.exit_timeout_s)
+            if left:
+                print(f"{left} request(s) still in progress after {settings.exit_timeout_s:g}s", flush=True)
+        finally:
+            await front.stop()
+    finally:
+        host.close()
+
+
+def serve_locally(settings: ServerSettings) -> int:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,110 @@
+"""Running the server on Ray: from the command line (``python -m serve_app``) or from `serve run`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import ray
+from ray import serve
+
+from serve_app.errors import ServeError
+from serve_app.rayserve.app_builder import build_application
+from serve_app.settings import ServerSettings
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """The Ray the command line starts, or the cluster it joins (``address``)."""
+
+    address: str | None = None
+    num_cpus: int | None = None
+    dashboard: bool = False
+    object_store_memory: int | None = None
+
+
+def ensure_serve_started(settings: ServerSettings) -> None:
+    """Start Serve without Ray's proxy when nothing started it yet.
+
+    `serve run <import path>` calls the builder before it starts Serve, and would
+    start Ray's proxy on port 8000, the gateway's port.  A config file sets
+    ``proxy_location: Disabled`` itself; on a running Serve this does nothing.
+    """
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, namespace="serve")
+        else:
+            # A local Ray for `serve run`: instances share the cores, as in Triton.
+            ray.init(namespace="serve", num_cpus=local_num_cpus())
+    serve.start(proxy_location="Disabled")
+
+
+def local_num_cpus() -> int:
+    """Logical CPUs for a Ray we start here: every instance reserves some, none pins a core."""
+    return max(os.cpu_count() or 1, 16)
+
+
+def drain_gateways(settings: ServerSettings) -> None:
+    """Every gateway replica stops accepting and finishes what it holds (bounded by exit_timeout_s)."""
+    try:
+        handle = serve.get_deployment_handle("gateway", settings.app_name)
+        left = handle.broadcast("drain", settings.exit_timeout_s).results(timeout_s=settings.exit_timeout_s + 10)
+        unfinished = sum(n for n in left if isinstance(n, int))
+        if unfinished:
+            print(f"{unfinished} request(s) still in progress after {settings.exit_timeout_s:g}s", flush=True)
+    except Exception as exc:  # the server goes down either way
+        print(f"draining the gateways failed: {exc}", file=sys.stderr, flush=True)
+
+
+def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
+    """Start (or join) Ray, deploy the server's application, serve until SIGINT/SIGTERM, drain, stop."""
+    started_ray = options.address is None
+    if started_ray:
+        ray.init(
+            num_cpus=options.num_cpus or local_num_cpus(),
+            include_dashboard=options.dashboard,
+            object_store_memory=options.object_store_memory,
+            namespace="serve",
+        )
+    else:
+        ray.init(address=options.address, namespace="serve")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        serve.start(proxy_location="Disabled")
+        try:
+            app = build_application(settings)
+        except ServeError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
+        t0 = time.monotonic()
+        handle = serve.run(app, name=settings.app_name, route_prefix=None)
+        for name, version, state, reason in handle.model_states.remote().result():
+            suffix = f": {reason}" if reason else ""
+            print(f"model '{name}' version {version}: {state}{suffix}", flush=True)
+        print(
+            f"serve_app ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:{settings.http_port}, "
+            f"gRPC {settings.host}:{settings.grpc_port}",
+            flush=True,
+        )
+        while not stop.wait(0.2):
+            pass
+        print(
+            f"shutting down: no new requests; waiting up to {settings.exit_timeout_s:g}s for those in progress",
+            flush=True,
+        )
+        drain_gateways(settings)
+        print("shutting down", flush=True)
+        return 0
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            if started_ray:
+                ray.shutdown()
