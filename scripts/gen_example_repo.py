@@ -12,9 +12,7 @@ import argparse
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import example_models as em
+from tests.support import example_models as em
 
 
 def generate(repo: pathlib.Path) -> list[pathlib.Path]:

@@ -14,17 +14,17 @@ import collections
 import dataclasses
 import json
 import pathlib
-import socket
 import time
 import urllib.request
 from typing import Any
 
-import example_models
 import pytest
 
 from serve_app.placement import ClusterGpus, instance_spec, plan_replicas
 from serve_app.settings import ServerSettings
 from tests.cluster.conftest import GPU_NODES, GPU_RESOURCE_PREFIX, GPUS_PER_NODE, SimCluster
+from tests.support import example_models
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -50,12 +50,6 @@ FAILURES = {
     "bad_gpu_id": "specifies invalid or unsupported gpu id 7",
     "bad_count": "count",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def settings_for(repo: pathlib.Path, app: str) -> ServerSettings:

@@ -7,18 +7,18 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import example_models
 import pytest
 
 from tests.e2e import control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
 from tests.e2e.models import identity_all, slow_identity
+from tests.support import example_models
+from tests.support.net import free_port
 
 STARTUP_TIMEOUT_S = 240
 
@@ -34,12 +34,6 @@ SLOW_BATCHING = """dynamic_batching {
                                           allow_timeout_override: true } }
 }
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

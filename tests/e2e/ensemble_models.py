@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pathlib
 
-import example_models
-
 from tests.e2e import torchscript_models
+from tests.support import example_models
 
 SCORE_LABELS = ["zero", "one", "two", "three"]
 

@@ -9,15 +9,13 @@ import signal
 import time
 from collections.abc import Iterator
 
-import example_models
-import fault_injection as fi
 import pytest
-import soak_lib
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.models import slow_identity
+from tests.support import example_models, faults as fi, soak as soak_lib
 
 MODEL = "fault_add"  # add_sub with two instances
 DEPLOYMENT = f"{MODEL}.v1.g0"

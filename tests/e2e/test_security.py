@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import example_models
 import grpc
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.integration.test_security_tls import Pki, _with_cryptography
+from tests.support import example_models
 
 KEY, SECRET = "admin-key", "s3cret"
 

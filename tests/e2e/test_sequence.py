@@ -37,7 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import fault_injection
 import grpc
 import httpx
 import numpy as np
@@ -49,6 +48,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server
 from tests.e2e.sequence_models import FILE_INITIAL_STATE
+from tests.support import faults as fault_injection
 
 pytestmark = pytest.mark.e2e
 

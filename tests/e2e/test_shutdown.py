@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 
-import example_models
 import httpx
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ import tritonclient.http as httpclient
 
 from tests.e2e.conftest import start_server
 from tests.e2e.models import slow_identity
+from tests.support import example_models
 
 SLOW = "drain_slow"
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import pathlib
 
-import example_models
 import numpy as np
+
+from tests.support import example_models
 
 ZEROS = "data_type: TYPE_FP32 dims: [ 16 ] zero_data: true"
 RANDOM = "data_type: TYPE_FP32 dims: [ 16 ] random_data: true"

@@ -9,11 +9,8 @@ free loopback port and is stopped after each test.
 from __future__ import annotations
 
 import pathlib
-import shutil
-import socket
 from collections.abc import AsyncIterator, Iterator
 
-import example_models
 import grpc
 import httpx
 import pytest
@@ -25,29 +22,10 @@ from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.local.host import LocalHost
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService
-
-# Models in the shared repository.
-ADD_SUB = "add_sub"  # FP32 [16], max_batch_size 8: OUTPUT0 = a + b, OUTPUT1 = a - b
-IDENTITY_FP32 = "identity_fp32"  # one input: the raw binary request works
-IDENTITY_BYTES = "identity_bytes"
-GENERATED = "generated"  # no config.pbtxt: generated from the ONNX file
-VERSIONED = "versioned"  # versions 1, 2, 3 on disk; the policy serves 2 and 3
-BROKEN = "broken"  # invalid config: listed UNAVAILABLE, nothing served
-
-
-def build_repository(repo: pathlib.Path) -> pathlib.Path:
-    example_models.add_sub(repo, name=ADD_SUB)
-    example_models.identity(repo, "FP32", name=IDENTITY_FP32)
-    example_models.identity(repo, "BYTES", name=IDENTITY_BYTES)
-    example_models.no_config_onnx(repo, GENERATED)
-    example_models.add_sub(
-        repo, name=VERSIONED, versions=(1, 2, 3), extra_config="version_policy: { latest { num_versions: 2 } }"
-    )
-    broken = repo / BROKEN
-    (broken / "1").mkdir(parents=True)
-    shutil.copy(repo / ADD_SUB / "1" / "model.onnx", broken / "1" / "model.onnx")
-    (broken / "config.pbtxt").write_text(f'name: "{BROKEN}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
-    return repo
+from tests.support.net import free_port
+from tests.support.repos import (
+    build_repository,
+)
 
 
 def local_service(repo_dir: str | pathlib.Path) -> LocalHost:
@@ -58,12 +36,6 @@ def local_service(repo_dir: str | pathlib.Path) -> LocalHost:
 async def infer(service: InferenceService, request: InferRequest) -> InferResponse:
     """A decoded request through the service as a front end sends it: resolve its model, then infer."""
     return await service.infer(service.model(request.model_name, request.model_version), request)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import example_models
 import grpc
 import httpx
 import numpy as np
@@ -15,7 +14,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
 from serve_app.service import InferenceService
-from tests.integration.conftest import free_port, local_service
+from tests.integration.conftest import local_service
+from tests.support import example_models
+from tests.support.net import free_port
 
 LABELS = ["zero", "one", "two", "three"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import example_models
 import httpx
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from serve_app.service import InferenceService, ModelRegistry, ModelState, Serve
 from serve_app.service.registry import ensemble_readiness
 from serve_app.stats import ModelStats
 from tests.integration.conftest import infer
+from tests.support import example_models
 
 ENSEMBLE = "add_sub_ensemble"
 

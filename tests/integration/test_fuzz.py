@@ -8,12 +8,9 @@ cheap (``fuzz.IN_PROCESS_LIMITS``).  To dig into a failure: ``scripts/fuzz --see
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import pathlib
 import struct
-import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,23 +22,12 @@ import pytest_asyncio
 from serve_app.http_server import build_http_app
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
+from tests.support import fuzz
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEED = 20251123
 CASES = 400  # per protocol: about 3 s in all
 
 
-def _load_fuzz() -> Any:
-    loader = importlib.machinery.SourceFileLoader("serve_app_fuzz", str(ROOT / "scripts" / "fuzz"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look their module up
-    loader.exec_module(module)
-    return module
-
-
-fuzz = _load_fuzz()
 LIMITS = fuzz.IN_PROCESS_LIMITS
 Server = tuple[Any, InferenceService]  # (fuzz.Targets, the service behind them)
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_g
 
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService
-from tests.integration.conftest import ADD_SUB, BROKEN, GENERATED, IDENTITY_BYTES, VERSIONED
+from tests.support.repos import ADD_SUB, BROKEN, GENERATED, IDENTITY_BYTES, VERSIONED
 
 Stub = service_pb2_grpc.GRPCInferenceServiceStub
 

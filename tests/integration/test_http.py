@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService, ModelState
-from tests.integration.conftest import ADD_SUB, BROKEN, GENERATED, IDENTITY_BYTES, IDENTITY_FP32, VERSIONED
+from tests.support.repos import ADD_SUB, BROKEN, GENERATED, IDENTITY_BYTES, IDENTITY_FP32, VERSIONED
 
 HEADER = "Inference-Header-Content-Length"
 

@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService, ModelState
-from tests.integration.conftest import ADD_SUB, BROKEN, IDENTITY_BYTES, VERSIONED
+from tests.support.repos import ADD_SUB, BROKEN, IDENTITY_BYTES, VERSIONED
 
 # The one mapping: HTTP status <-> gRPC code.
 STATUS_PAIRS = {

@@ -29,7 +29,8 @@ from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
 from serve_app.repository.api import IndexEntry, LoadParameters
 from serve_app.service import InferenceService
-from tests.integration.conftest import ADD_SUB, free_port
+from tests.support.net import free_port
+from tests.support.repos import ADD_SUB
 
 Stub = service_pb2_grpc.GRPCInferenceServiceStub
 

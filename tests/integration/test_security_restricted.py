@@ -27,8 +27,9 @@ from serve_app.http_server import build_http_app
 from serve_app.http_server.restricted import restrict_http_app
 from serve_app.security.restricted import GRPC_HEADER_PREFIX, RestrictedApis
 from serve_app.service import InferenceService
-from tests.integration.conftest import ADD_SUB, free_port
 from tests.integration.test_security_tls import EXPECTED, grpc_add_sub, http_add_sub, in_thread, running_uvicorn
+from tests.support.net import free_port
+from tests.support.repos import ADD_SUB
 
 GROUPS = ["model-repository:admin-key=admin-value", "health,inference:infer-key=infer-value"]
 ADMIN = {"admin-key": "admin-value"}

@@ -32,7 +32,8 @@ from serve_app.http_server import build_http_app
 from serve_app.http_server.server import uvicorn_tls_options
 from serve_app.security.tls import TlsSettings
 from serve_app.service import InferenceService
-from tests.integration.conftest import ADD_SUB, free_port
+from tests.support.net import free_port
+from tests.support.repos import ADD_SUB
 
 T = TypeVar("T")
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 import yaml
 
 from serve_app.errors import InvalidArgument
 from serve_app.settings import ServerSettings
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def test_from_args_converts_strings() -> None:

@@ -38,25 +38,17 @@ import os
 import pathlib
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import soak_lib as sl
+from tests.support import soak as sl
+from tests.support.net import free_port
 
 # Set by the first SIGINT/SIGTERM: the soak ends early, still with its summary and a clean server stop.
 EARLY = threading.Event()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

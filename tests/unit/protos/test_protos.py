@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
 import pytest
 from google.protobuf import descriptor as d
 
 from serve_app.protos import grpc_service_pb2, model_config_pb2
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from tests.support.paths import ROOT
 
 
 def test_generated_modules_are_current(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("grpc_tools")
-    spec = importlib.util.spec_from_file_location("gen_protos", ROOT / "scripts" / "gen_protos.py")
-    assert spec and spec.loader
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    gen.compile_to(tmp_path)
+    from scripts import gen_protos
+
+    gen_protos.compile_to(tmp_path)
     for name in ("model_config_pb2.py", "grpc_service_pb2.py"):
         fresh = (tmp_path / "serve_app" / "protos" / name).read_text()
         checked_in = (ROOT / "serve_app" / "protos" / name).read_text()
-        assert fresh == checked_in, f"{name} is stale: run `python scripts/gen_protos.py`"
+        assert fresh == checked_in, f"{name} is stale: run `python -m scripts.gen_protos`"
 
 
 def _fields(msg: d.Descriptor) -> dict[str, tuple[int, int, bool, str]]:

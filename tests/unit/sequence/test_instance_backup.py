@@ -25,6 +25,7 @@ from serve_app.sequence.messages import (
     StateBackup,
     StepResult,
 )
+from tests.support.clock import FakeClock
 
 CONTROLS = """
   control_input [
@@ -57,14 +58,6 @@ def config(max_batch_size: int = 4, stateful: bool = True) -> mc.ModelConfig:
         }}
     """
     return text_format.Parse(text, mc.ModelConfig())
-
-
-class FakeClock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def accumulate(ex: Execution) -> dict[str, np.ndarray]:
@@ -108,7 +101,7 @@ def make(
     backup: bool = True,
     on_release: Callable[[list[SlotEvent]], None] | None = None,
 ) -> tuple[SequenceInstance, FakeModel, FakeClock]:
-    model, clock = FakeModel(), FakeClock()
+    model, clock = FakeModel(), FakeClock(1_000_000)
     inst = SequenceInstance(
         cfg or config(),
         pathlib.Path("/nonexistent"),

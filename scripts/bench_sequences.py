@@ -22,36 +22,19 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.machinery
-import importlib.util
 import json
 import pathlib
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-import types
 import urllib.request
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _load_bench() -> types.ModuleType:
-    """scripts/bench has no .py suffix: load it by path for its server and perf_analyzer helpers."""
-    loader = importlib.machinery.SourceFileLoader("bench", str(ROOT / "scripts" / "bench"))
-    spec = importlib.util.spec_from_loader("bench", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench"] = module
-    loader.exec_module(module)
-    return module
-
-
-_bench = _load_bench()
-PA, free_port, start_server = _bench.PA, _bench.free_port, _bench.start_server
+from scripts.bench import PA, start_server
+from tests.support.net import free_port
+from tests.support.paths import ROOT
 
 MODEL = "seq_rnn"
 

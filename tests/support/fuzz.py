@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Fuzz the HTTP and gRPC front ends with malformed requests; every one must get a client-error answer.
 
-    scripts/fuzz [--cases 10000] [--seed 0] [--time-limit-s 900] [--timeout-s 10] [--concurrency 8]
-                 [--protocols http,grpc,parity] [--http HOST:PORT --grpc HOST:PORT] [--case N]
+    python -m scripts.fuzz [--cases 10000] [--seed 0] [--time-limit-s 900] [--timeout-s 10] [--concurrency 8]
+                           [--protocols http,grpc,parity] [--http HOST:PORT --grpc HOST:PORT] [--case N]
 
 A case passes when it is answered, within ``--timeout-s``, with HTTP 200/4xx (501 and 503 where the
 server may legitimately say so; any other 5xx fails) and a ``{"error": ...}`` body on errors, or a gRPC
@@ -23,7 +22,6 @@ Needs the test extra (httpx, tritonclient, onnx).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
@@ -43,17 +41,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _p in (ROOT, ROOT / "scripts"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+import grpc
+import httpx
+import numpy as np
 
-import grpc  # noqa: E402
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from serve_app.limits import DEFAULT_LIMITS, RequestLimits  # noqa: E402
-from serve_app.protos import grpc_service_pb2 as pb  # noqa: E402
+from serve_app.limits import RequestLimits
+from serve_app.protos import grpc_service_pb2 as pb
 
 SERVICE = "/inference.GRPCInferenceService/"
 PROTOCOLS = ("http", "grpc", "parity")
@@ -1260,10 +1253,9 @@ async def fuzz(
 
 def build_fuzz_repository(repo: pathlib.Path) -> pathlib.Path:
     """The integration tests' models, the sequence models, and a few more that reach other code paths."""
-    import example_models
-
-    from tests.integration.conftest import build_repository
-    from tests.integration.test_sequence import build_sequence_repository
+    from tests.support import example_models
+    from tests.support.repos import build_repository
+    from tests.support.sequence_repository import build_sequence_repository
 
     build_repository(repo)
     build_sequence_repository(repo)
@@ -1310,7 +1302,7 @@ async def in_process(
     from serve_app.grpc_server import start_grpc_server
     from serve_app.http_server import build_http_app
     from serve_app.local.host import LocalHost
-    from tests.integration.conftest import free_port
+    from tests.support.net import free_port
 
     with contextlib.ExitStack() as stack:
         if repo is None:
@@ -1354,69 +1346,3 @@ def describe(case: Case) -> str:
             text = repr(payload[:2000])
         parts.append(f"message ({len(payload)} bytes):\n{text[:4000]}")
     return "\n".join(parts)
-
-
-async def main_async(args: argparse.Namespace) -> int:
-    protocols = tuple(p for p in args.protocols.split(",") if p)
-    for p in protocols:
-        if p not in PROTOCOLS:
-            raise SystemExit(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")
-    if bool(args.http) != bool(args.grpc):
-        raise SystemExit("--http and --grpc go together")
-    if args.http:
-        limits = RequestLimits(max_body_bytes=args.max_body_bytes) if args.max_body_bytes else DEFAULT_LIMITS
-        context = remote(args.http, args.grpc, args.timeout_s)
-    else:
-        limits = IN_PROCESS_LIMITS
-        context = in_process(limits, args.timeout_s)
-    async with context as (targets, _):
-        models = await discover(targets.http)
-        gen = Generator(models, limits, remote=bool(args.http))
-        if not gen.ready:
-            raise SystemExit("the server serves no ready model with inputs")
-        if args.case is not None:
-            for protocol in protocols:
-                case = gen.case(protocol, args.seed, args.case)
-                outcome = await run_case(targets, case)
-                print(describe(case))
-                print(f"=> {outcome.status} in {outcome.seconds * 1000:.1f} ms {outcome.problem}")
-            return 0
-        print(
-            f"fuzzing {', '.join(protocols)}: {args.cases} cases each, seed {args.seed}, "
-            f"{len(gen.ready)} ready models, limits {limits}",
-            flush=True,
-        )
-        report = await fuzz(
-            targets,
-            gen,
-            protocols=protocols,
-            cases=args.cases,
-            seed=args.seed,
-            concurrency=args.concurrency,
-            time_limit_s=args.time_limit_s,
-            check_every=args.check_every,
-            progress=lambda line: print(line, flush=True),
-        )
-    report.print(args.seed, show=args.show_failures)
-    return 0 if report.ok else 1
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=10_000, help="cases per protocol (default 10000)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--time-limit-s", type=float, default=900.0, help="stop starting cases after this long")
-    ap.add_argument("--timeout-s", type=float, default=10.0, help="per request: longer is a hang")
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--protocols", default=",".join(PROTOCOLS), help="among http,grpc,parity")
-    ap.add_argument("--check-every", type=int, default=1000, help="readiness check every N cases")
-    ap.add_argument("--http", metavar="HOST:PORT", help="fuzz a running server (with --grpc)")
-    ap.add_argument("--grpc", metavar="HOST:PORT")
-    ap.add_argument("--max-body-bytes", type=int, default=0, help="a running server's limit, when not the default")
-    ap.add_argument("--case", type=int, help="replay one case of each protocol and print it")
-    ap.add_argument("--show-failures", type=int, default=20)
-    return asyncio.run(main_async(ap.parse_args()))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,9 @@
-"""scripts/example_models.py: each model loads in onnxruntime, computes what it says, and
+"""tests/support/example_models.py: each model loads in onnxruntime, computes what it says, and
 its config.pbtxt parses as our ModelConfig and matches the ONNX file."""
 
 from __future__ import annotations
 
 import pathlib
-import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -13,12 +12,9 @@ import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
 
+from scripts import gen_example_repo
 from serve_app.protos import model_config_pb2 as mc
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
-
-import example_models as em
-import gen_example_repo
+from tests.support import example_models as em
 
 
 def session(model_dir: pathlib.Path, version: int = 1) -> ort.InferenceSession:

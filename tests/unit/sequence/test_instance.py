@@ -17,6 +17,7 @@ from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.instance import SequenceInstance
 from serve_app.sequence.messages import InstanceEvents, PollEvents, SequenceStep, SlotEvent, StepResult
+from tests.support.clock import FakeClock
 
 CONTROLS = """
   control_input [
@@ -50,14 +51,6 @@ def config(
         }}
     """
     return text_format.Parse(text, mc.ModelConfig())
-
-
-class FakeClock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def accumulate(ex: Execution) -> dict[str, np.ndarray]:
@@ -114,7 +107,7 @@ def make(
     on_release: Callable[[list[SlotEvent]], None] | None = None,
 ) -> tuple[SequenceInstance, FakeModel, FakeClock]:
     model = model or FakeModel()
-    clock = clock or FakeClock()
+    clock = clock or FakeClock(1_000_000)
     inst = SequenceInstance(
         cfg or config(), pathlib.Path("/nonexistent"), model, instance_id="i0", clock=clock, on_release=on_release
     )

@@ -20,7 +20,6 @@ import argparse
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,12 +27,10 @@ import threading
 import time
 import urllib.request
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import example_models
-import fault_injection as fi
 import numpy as np
-import soak_lib
+
+from tests.support import example_models, faults as fi, soak as soak_lib
+from tests.support.net import free_port
 
 MODEL = "fault_add"
 SEQ_MODEL = "fault_seq"
@@ -82,12 +79,6 @@ class SequenceSteps:
         if self.step == 0:
             with SequenceSteps.lock:
                 SequenceSteps.completed += 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(repo: pathlib.Path, log: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]:

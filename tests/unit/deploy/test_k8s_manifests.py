@@ -19,16 +19,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import gen_k8s
 import jsonschema
 import pytest
 import yaml
 
+from scripts import gen_k8s
 from serve_app.settings import ServerSettings
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = ROOT / "deploy" / "k8s"
-SCHEMA_DIR = ROOT.parent / "shared" / "k8s-schemas"
+SCHEMA_DIR = ROOT / "tests" / "data" / "k8s-schemas"
 MANIFESTS = sorted(K8S_DIR.glob("*.yaml"))
 
 TRITON_PORTS = {"serve": "http_port", "serve-grpc": "grpc_port", "serve-metrics": "metrics_port"}

@@ -22,7 +22,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import example_models  # noqa: E402
+from tests.support import example_models
+from tests.support.net import free_port
+from tests.support.paths import ROOT
 
 PA = ROOT / ".pa" / "perf_analyzer"
 
@@ -51,12 +50,6 @@ class Run:
     batch: float = 1.0  # mean batch size the server formed
     sizes: dict[int, int] = field(default_factory=dict)  # batch size -> executions
     error: str = ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build(repo: pathlib.Path, models: list[str]) -> dict[str, tuple[pathlib.Path, dict[str, np.ndarray]]]:

@@ -20,6 +20,7 @@ from serve_app.inference.types import InferRequest, InferResponse, InferTensor, 
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.stats import ModelStats
+from tests.support.clock import FakeClock
 
 WIDTH = 2
 
@@ -44,14 +45,6 @@ def model_config(max_batch_size: int = 8, dynamic_batching: str | None = "prefer
     if dynamic_batching is not None:
         text += f"dynamic_batching {{ {dynamic_batching} }}"
     return text_format.Parse(text, mc.ModelConfig())
-
-
-class FakeClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class FakeInstance:

@@ -18,6 +18,7 @@ from serve_app.inference.types import InferRequest, InferResponse, InferTensor, 
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.messages import Assignment, Recovery, SequenceStep, StateBackup, StepResult
 from serve_app.sequence.scheduler import SequenceScheduler
+from tests.support.clock import FakeClock
 
 START_FLAG = (
     "inference request for sequence {} to model 'seq' must specify the START flag on the first request of the sequence"
@@ -43,14 +44,6 @@ def config(corrid: str = "TYPE_UINT64", max_batch_size: int = 4) -> mc.ModelConf
         }}
     """
     return text_format.Parse(text, mc.ModelConfig())
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def place(slot: int, slot_token: int = 1, instance: str = "A") -> Assignment:
@@ -127,7 +120,7 @@ class FakePort:
 
 def scheduler(port: FakePort, cfg: mc.ModelConfig | None = None, clock: FakeClock | None = None) -> SequenceScheduler:
     cfg = cfg or config()
-    return SequenceScheduler(cfg, ModelSignature.from_config(cfg, "1"), port, clock=clock or FakeClock())
+    return SequenceScheduler(cfg, ModelSignature.from_config(cfg, "1"), port, clock=clock or FakeClock(1_000_000))
 
 
 def request(
@@ -433,7 +426,7 @@ async def test_ordering_holds_when_a_step_fails() -> None:
 
 async def test_statistics() -> None:
     port = FakePort()
-    clock = FakeClock()
+    clock = FakeClock(1_000_000)
     s = scheduler(port, clock=clock)
     clock.now = 5_000
     await send(s, request(7, start=True), 1, 1_000)  # arrived at 1000, sent at 5000, 100 ns in the instance
