@@ -26,8 +26,6 @@ from tests.cluster.conftest import GPU_NODES, GPU_RESOURCE_PREFIX, GPUS_PER_NODE
 from tests.support import example_models
 from tests.support.net import free_port
 
-pytestmark = pytest.mark.e2e
-
 APP = "placement"
 ALL_GPUS = ",".join(str(i) for i in range(GPUS_PER_NODE))
 

@@ -24,8 +24,6 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> httpclient.InferenceServerClient:

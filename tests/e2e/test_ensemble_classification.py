@@ -12,8 +12,6 @@ import tritonclient.http as httpclient
 from tests.e2e import torchscript_models
 from tests.e2e.conftest import Server
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module", params=["http", "grpc"])
 def client(request: pytest.FixtureRequest, server: Server) -> Any:

@@ -15,8 +15,6 @@ from tritonclient.utils import InferenceServerException
 from tests.e2e.conftest import Server
 from tests.e2e.models import IDENTITY_TYPES, as_bytes
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> grpcclient.InferenceServerClient:

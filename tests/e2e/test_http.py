@@ -14,8 +14,6 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from tests.e2e.conftest import Server
 from tests.e2e.models import IDENTITY_TYPES, as_bytes
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> httpclient.InferenceServerClient:

@@ -50,8 +50,6 @@ from tests.e2e.conftest import Server
 from tests.e2e.sequence_models import FILE_INITIAL_STATE
 from tests.support import faults as fault_injection
 
-pytestmark = pytest.mark.e2e
-
 TIMEOUT_S = 30  # every unary client call
 STREAM_TIMEOUT_S = 120  # the whole life of one gRPC stream (gRPC deadline)
 COLLECT_TIMEOUT_S = 60  # waiting for all the responses a stream test expects

@@ -32,7 +32,6 @@ from tests.e2e.conftest import Server
 
 pytest.importorskip("torch")
 
-pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 30
 ADD_SUB, ACCUM = "ts_add_sub", "ts_accum"

@@ -16,8 +16,6 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server
 
-pytestmark = pytest.mark.e2e
-
 REASON = "failed to run warmup sample 'missing INPUT1'"
 
 
