@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from serve_app.autoscale.policy import DEFAULT_TARGET_SLOT_UTILIZATION, DEFAULT_TARGET_UTILIZATION, InstanceLoadPolicy
 from serve_app.config.pbtxt import config_error
@@ -283,6 +283,10 @@ class _Reader:
             return raw.lower() == "true"
         raise self._error(key, f"must be true or false, got {raw!r}")
 
+    @overload
+    def _float(self, key: str, default: float) -> float: ...
+    @overload
+    def _float(self, key: str, default: None) -> float | None: ...
     def _float(self, key: str, default: float | None) -> float | None:
         raw = self._raw(key)
         if raw is None:
@@ -306,6 +310,10 @@ class _Reader:
             raise self._error(key, f"must be in (0, 1], got {value:g}")
         return value
 
+    @overload
+    def _int(self, key: str, default: int) -> int: ...
+    @overload
+    def _int(self, key: str, default: None) -> int | None: ...
     def _int(self, key: str, default: int | None) -> int | None:
         raw = self._raw(key)
         if raw is None:

@@ -19,8 +19,8 @@ Options follow Triton's onnxruntime backend:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -141,7 +141,7 @@ def _option(kind: str, value: str) -> str | None:
     return value
 
 
-def _tensorrt_options(params: Mapping[str, str], field: str, fail: Any) -> dict[str, Any]:
+def _tensorrt_options(params: Mapping[str, str], field: str, fail: Callable[[str], NoReturn]) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for key in sorted(params):
         value = params[key]
@@ -164,7 +164,7 @@ def _tensorrt_options(params: Mapping[str, str], field: str, fail: Any) -> dict[
     return options
 
 
-def _deprecated_cuda_options(parameters: Mapping[str, str], fail: Any) -> dict[str, str]:
+def _deprecated_cuda_options(parameters: Mapping[str, str], fail: Callable[[str], NoReturn]) -> dict[str, str]:
     """The CUDA EP options Triton still reads from top-level model parameters."""
     options: dict[str, str] = {}
     for key, names in (
@@ -196,7 +196,7 @@ def select_providers(
     providers this onnxruntime build has.  Raises InvalidConfig naming the field.
     """
 
-    def fail(detail: str) -> Any:
+    def fail(detail: str) -> NoReturn:
         raise InvalidConfig(f"model '{model}': {detail}")
 
     accelerators = config.optimization.execution_accelerators

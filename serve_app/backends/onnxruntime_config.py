@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
 from serve_app.config.pbtxt import config_error
 from serve_app.config.validate import WILDCARD_DIM
 from serve_app.protos import model_config_pb2 as mc
@@ -19,7 +21,7 @@ from serve_app.protos import model_config_pb2 as mc
 DEFAULT_MAX_BATCH_SIZE = 4
 
 # ONNX Runtime's type strings (NodeArg.type) to config data types.
-ONNX_TYPES: dict[str, int] = {
+ONNX_TYPES: dict[str, mc.DataType] = {
     "tensor(bool)": mc.TYPE_BOOL,
     "tensor(uint8)": mc.TYPE_UINT8,
     "tensor(uint16)": mc.TYPE_UINT16,
@@ -104,13 +106,22 @@ def _complete_io(
     # The sequence batcher feeds control and state inputs itself: they are not the client's inputs.
     sb = config.sequence_batching
     fed = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
-    for kind, ios, infos in (("input", config.input, inputs), ("output", config.output, outputs)):
+    sides: tuple[
+        tuple[
+            str,
+            RepeatedCompositeFieldContainer[mc.ModelInput] | RepeatedCompositeFieldContainer[mc.ModelOutput],
+            Sequence[TensorInfo],
+        ],
+        ...,
+    ] = (("input", config.input, inputs), ("output", config.output, outputs))
+    for kind, ios, infos in sides:
         if not ios:
-            for info in infos:
-                if kind == "output" or info.name not in fed:
-                    ios.add(name=info.name)
+            for tensor in infos:
+                if kind == "output" or tensor.name not in fed:
+                    ios.add(name=tensor.name)
         by_name = {info.name: info for info in infos}
-        for i, io in enumerate(ios):
+        listed: Sequence[mc.ModelInput | mc.ModelOutput] = ios
+        for i, io in enumerate(listed):
             info = by_name.get(io.name)
             if info is None:
                 continue  # not in the model: the backend reports it at load
@@ -121,7 +132,7 @@ def _complete_io(
                 _set_dims(io, info, field, config.max_batch_size, model=model, path=path)
 
 
-def _config_type(info: TensorInfo, field: str, *, model: str, path: str) -> int:
+def _config_type(info: TensorInfo, field: str, *, model: str, path: str) -> mc.DataType:
     try:
         return ONNX_TYPES[info.onnx_type]
     except KeyError:

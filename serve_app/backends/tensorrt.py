@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import ctypes
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -161,7 +161,8 @@ class _Buffer:
 
     def host_view(self, size: int) -> np.ndarray:
         """The first ``size`` bytes of a host allocation as a uint8 array (no copy)."""
-        return np.frombuffer((ctypes.c_uint8 * size).from_address(self.ptr), dtype=np.uint8) if size else np.empty(0)
+        # ctypes arrays implement the buffer protocol; numpy's stubs take it only as __buffer__ (Python >= 3.12)
+        return np.frombuffer((ctypes.c_uint8 * size).from_address(self.ptr), dtype=np.uint8) if size else np.empty(0)  # type: ignore[call-overload]
 
     def close(self) -> None:
         if self.ptr:
@@ -180,9 +181,9 @@ def _dims(dims: Any) -> tuple[int, ...] | None:
 def _profile_values(engine: Any, name: str, profile: int) -> list[list[int]]:
     """``get_tensor_profile_values``: its bindings take (profile_index, name) despite the argument names."""
     try:
-        return engine.get_tensor_profile_values(profile, name)
+        return cast(list[list[int]], engine.get_tensor_profile_values(profile, name))
     except TypeError:
-        return engine.get_tensor_profile_values(name, profile)
+        return cast(list[list[int]], engine.get_tensor_profile_values(name, profile))
 
 
 def read_engine_metadata(trt: Any, engine: Any) -> EngineMetadata:
@@ -225,7 +226,7 @@ def _make_logger(trt: Any) -> Any:
     """A TensorRT logger that keeps the last warnings and errors, to put in a load error."""
     try:
 
-        class _Recent(trt.ILogger):  # type: ignore[misc, name-defined]
+        class _Recent(trt.ILogger):  # type: ignore[misc]  # TensorRT has no type information: trt is Any
             def __init__(self) -> None:
                 trt.ILogger.__init__(self)
                 self.recent: collections.deque[str] = collections.deque(maxlen=8)

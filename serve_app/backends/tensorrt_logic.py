@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import numpy as np
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from serve_app import datatypes
 from serve_app.config.pbtxt import config_error
@@ -349,7 +350,11 @@ def check_config(config: mc.ModelConfig, meta: EngineMetadata, allowed: Sequence
     batching = config.max_batch_size > 0
     engine_inputs = {t.name: t for t in meta.inputs}
     engine_outputs = {t.name: t for t in meta.outputs}
-    for kind, ios, engine in (("input", config.input, engine_inputs), ("output", config.output, engine_outputs)):
+    sides: tuple[tuple[str, Sequence[mc.ModelInput | mc.ModelOutput], dict[str, EngineTensor]], ...] = (
+        ("input", config.input, engine_inputs),
+        ("output", config.output, engine_outputs),
+    )
+    for kind, ios, engine in sides:
         for i, io in enumerate(ios):
             t = engine.get(io.name)
             if t is None:
@@ -391,7 +396,8 @@ def _batch_hint(config: mc.ModelConfig, meta: EngineMetadata, *, model: str, pat
     batch dimension, how many tensors have configured dims)."""
     says: dict[bool, str] = {}
     shaped = 0
-    for io in [*config.input, *config.output]:
+    ios: list[mc.ModelInput | mc.ModelOutput] = [*config.input, *config.output]
+    for io in ios:
         dims = _config_shape(io)
         t = meta.tensor(io.name)
         if not dims or t is None:
@@ -408,7 +414,7 @@ def _batch_hint(config: mc.ModelConfig, meta: EngineMetadata, *, model: str, pat
             f"unable to autofill: the configured dims of '{says[True]}' imply a batch dimension but those of "
             f"'{says[False]}' do not",
         )
-    return says.get(True, False), shaped
+    return bool(says.get(True, False)), shaped
 
 
 def complete_config_from_engine(
@@ -459,19 +465,29 @@ def complete_config_from_engine(
 
     batching = out.max_batch_size > 0
     fed = _fed_inputs(out)
-    for kind, ios, tensors in (("input", out.input, meta.inputs), ("output", out.output, meta.outputs)):
+    sides: tuple[
+        tuple[
+            str,
+            RepeatedCompositeFieldContainer[mc.ModelInput] | RepeatedCompositeFieldContainer[mc.ModelOutput],
+            tuple[EngineTensor, ...],
+        ],
+        ...,
+    ] = (("input", out.input, meta.inputs), ("output", out.output, meta.outputs))
+    for kind, ios, tensors in sides:
         if not ios:
-            for t in tensors:
-                if kind == "output" or t.name not in fed:
-                    ios.add(name=t.name)
+            for tensor in tensors:
+                if kind == "output" or tensor.name not in fed:
+                    ios.add(name=tensor.name)
         by_name = {t.name: t for t in tensors}
-        for i, io in enumerate(ios):
+        listed: Sequence[mc.ModelInput | mc.ModelOutput] = ios
+        for i, io in enumerate(listed):
             t = by_name.get(io.name)
             if t is None:
                 continue
             if io.data_type == mc.TYPE_INVALID:
                 try:
-                    io.data_type = mc.DataType.Value(config_type_name(t.dtype))
+                    # protoc's stubs type the field as the enum class, types-protobuf gives Value() an int
+                    io.data_type = cast(mc.DataType, mc.DataType.Value(config_type_name(t.dtype)))
                 except ValueError as exc:
                     raise config_error(model, path, f"{kind}[{i}].data_type: '{t.name}': {exc}") from None
             if io.is_shape_tensor and not t.is_shape_tensor:

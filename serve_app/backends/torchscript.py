@@ -219,7 +219,9 @@ class TorchScriptBackend(Backend):
             if convention == "argument":
                 mapping[name] = arg_names.index(name)
             elif convention == "index":
-                mapping[name] = _index(name)  # type: ignore[assignment]
+                index = _index(name)
+                assert index is not None  # the "index" convention: every config input name has one
+                mapping[name] = index
             else:
                 mapping[name] = i
         extras = [s.input_name for s in cfg.sequence_batching.state]

@@ -74,10 +74,10 @@ def _one(config: mc.ModelConfig, models: Mapping[str, mc.ModelConfig], served: M
                     f"{field}.input_map: tensor '{tensor}' has shape {list(dims)} ({producer}) but input "
                     f"'{model_in}' of '{step.model_name}' expects {list(_full(sub, tuple(inp.dims)))}"
                 )
-    for t in config.output:
-        known = tensors.get(t.name)
-        if known is not None and known[0] != t.data_type:
-            return f"output '{t.name}' is {_type(t.data_type)} but {known[2]} is {_type(known[0])}"
+    for output in config.output:
+        known = tensors.get(output.name)
+        if known is not None and known[0] != output.data_type:
+            return f"output '{output.name}' is {_type(output.data_type)} but {known[2]} is {_type(known[0])}"
     return ""
 
 

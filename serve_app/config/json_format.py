@@ -9,7 +9,7 @@ strings, as JSON requires.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -36,7 +36,9 @@ def config_to_json(config: mc.ModelConfig) -> dict[str, Any]:
         always_print_fields_with_no_presence=True,
         use_integers_for_enums=False,
     )
-    return _fix_message(mc.ModelConfig.DESCRIPTOR, raw)
+    # The stubs type a message's DESCRIPTOR as either descriptor class; at run time the C (upb) one
+    # is registered as a google.protobuf.descriptor.Descriptor too.
+    return _fix_message(cast(Descriptor, mc.ModelConfig.DESCRIPTOR), raw)
 
 
 def config_from_json(obj: dict[str, Any] | str, *, model: str) -> mc.ModelConfig:

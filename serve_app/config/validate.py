@@ -146,9 +146,7 @@ def _check_version_policy(config: mc.ModelConfig, where: _Where) -> None:
             where.fail("version_policy.specific.versions", f"version {version} is not a positive integer")
 
 
-def _check_ios(
-    ios: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], kind: str, config: mc.ModelConfig, where: _Where
-) -> None:
+def _check_ios(ios: Sequence[mc.ModelInput | mc.ModelOutput], kind: str, config: mc.ModelConfig, where: _Where) -> None:
     """Triton's ValidateIOShape plus the per-direction extras."""
     seen: dict[str, int] = {}
     trt = config.platform == TENSORRT_PLATFORM
@@ -165,7 +163,12 @@ def _check_ios(
         if io.data_type not in mc.DataType.values():
             where.fail(f"{field}.data_type", f"{label} has unknown data type {io.data_type}")
         _check_shape(io, field, label, config.max_batch_size, where)
-        if kind == "input" and io.format != mc.ModelInput.FORMAT_NONE and len(io.dims) != 3:
+        if (
+            kind == "input"
+            and isinstance(io, mc.ModelInput)
+            and io.format != mc.ModelInput.FORMAT_NONE
+            and len(io.dims) != 3
+        ):
             where.fail(
                 f"{field}.format",
                 f"{label} with format {mc.ModelInput.Format.Name(io.format)} requires 3 dims (got {len(io.dims)})",
@@ -486,6 +489,8 @@ def _check_ensemble(config: mc.ModelConfig, where: _Where) -> None:
         where.fail("ensemble_scheduling.step", "an ensemble must specify at least one 'step'")
 
     tensors: dict[str, _EnsembleTensor] = {}
+    tensor: _EnsembleTensor | None  # None: an ensemble output that no step writes
+    io: mc.ModelInput | mc.ModelOutput
     for i, step in enumerate(steps):
         field = f"ensemble_scheduling.step[{i}]"
         if not step.model_name:

@@ -18,9 +18,9 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
@@ -41,10 +41,10 @@ def _metadata_value(metadata: Iterable[Any], key: str) -> str | None:
     return None
 
 
-def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+def _refusing(handler: grpc.RpcMethodHandler[Any, Any], message: str) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same shape as ``handler`` that reads nothing and aborts with UNAVAILABLE."""
 
-    async def abort(_request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def abort(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
     if handler.request_streaming and handler.response_streaming:

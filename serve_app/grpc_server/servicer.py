@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -27,7 +27,7 @@ from serve_app.service import InferenceService
 SERVICE_NAME = "inference.GRPCInferenceService"
 MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the stream waits beyond that
 
-UnaryHandler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+UnaryHandler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
 class MalformedRequest:
@@ -209,7 +209,7 @@ _METHODS: dict[str, tuple[Any, Any, bool]] = {
 
 
 def _unary(fn: UnaryHandler | None, name: str) -> UnaryHandler:
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             if isinstance(request, MalformedRequest):
                 raise request.error
@@ -227,13 +227,15 @@ def _unary(fn: UnaryHandler | None, name: str) -> UnaryHandler:
 
 def add_inference_service(servicer: InferenceServicer, server: Any) -> None:
     """Register ``servicer`` on a grpc (or grpc.aio) server as Triton's service."""
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for name, (req_t, resp_t, streaming) in _METHODS.items():
         fn = getattr(servicer, name, None)
         parse = _deserializer(req_t)
         if streaming:
+            # InferenceServicer defines every streaming method, so ``fn`` is a bound method here (getattr's
+            # default None is for the unary ones); the cast only tells mypy, it passes ``fn`` on unchanged.
             handlers[name] = grpc.stream_stream_rpc_method_handler(
-                fn, request_deserializer=parse, response_serializer=resp_t.SerializeToString
+                cast(Callable[..., Any], fn), request_deserializer=parse, response_serializer=resp_t.SerializeToString
             )
         else:
             handlers[name] = grpc.unary_unary_rpc_method_handler(

@@ -9,7 +9,7 @@ holding it (413).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -172,7 +172,7 @@ def build_http_app(
         await service.repository_unload(request.path_params["model"], unload_dependents)
         return Response(status_code=200, media_type=JSON)
 
-    def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    def guarded(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             try:
                 return await fn(request)

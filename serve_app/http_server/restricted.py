@@ -32,6 +32,8 @@ def restrict_http_app(app: ASGIApp, apis: RestrictedApis) -> ASGIApp:
 
 def _asgi_header(scope: Scope, name: str) -> str | None:
     wanted = name.lower().encode("latin-1")
+    key: bytes
+    value: bytes
     for key, value in scope["headers"]:  # ASGI: names are lower case
         if key == wanted:
             return value.decode("latin-1")

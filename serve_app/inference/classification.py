@@ -43,8 +43,8 @@ def classification_count(request: InferRequest, sig: ModelSignature) -> dict[str
     return wanted
 
 
-def _format(value: object, floating: bool) -> str:
-    return f"{float(value):f}" if floating else str(int(value))  # type: ignore[call-overload]
+def _format(value: np.generic, floating: bool) -> str:
+    return f"{float(value):f}" if floating else str(int(value))
 
 
 def classify(data: np.ndarray, k: int, labels: Sequence[str], batched: bool) -> np.ndarray:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from serve_app.errors import InvalidArgument
 from serve_app.inference.classification import classification_count
 from serve_app.inference.signature import ModelSignature
-from serve_app.inference.types import InferRequest
+from serve_app.inference.types import InferRequest, ParamValue
 
 _UINT64_MAX = 2**64 - 1
 CorrId = int | str
@@ -28,7 +28,7 @@ RESERVED_PREFIX = "triton_"
 ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
 
 
-def strip_reserved(params: MutableMapping[str, object]) -> None:
+def strip_reserved(params: MutableMapping[str, ParamValue]) -> None:
     """Drop the reserved keys Triton tolerates; reject the others as Triton does."""
     for key in [k for k in params if k.startswith(RESERVED_PREFIX)]:
         if key not in ALLOWED_RESERVED:

@@ -11,6 +11,7 @@ form.  Responses always carry data in ``raw_output_contents``, as Triton's do.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def params_to_pb(params: Mapping[str, object], target: Mapping[str, pb.InferPara
     for key, value in params.items():
         if isinstance(value, np.generic):
             value = value.item()
-        p = target[key]  # type: ignore[index]
+        p = target[key]
         if isinstance(value, bool):
             p.bool_param = value
         elif isinstance(value, int):
@@ -190,7 +191,7 @@ def _from_contents(io: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, 
             f"'{_FIELD_TYPE[used[0]]}', expected datatype '{datatype}'"
         )
     if expected is None:  # FP16 / BF16 (no typed form) with every field empty
-        values: list = []
+        values: list[Any] = []
     else:
         values = list(getattr(contents, expected))
     if datatype in ("FP16", "BF16"):

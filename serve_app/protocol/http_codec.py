@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 
@@ -180,7 +181,7 @@ def _parse_params(value: object, where: str) -> dict[str, ParamValue]:
     return value
 
 
-def _is_uint(value: object) -> bool:
+def _is_uint(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 0
 
 
@@ -286,7 +287,7 @@ def _raw_request(
     if spec.datatype.itemsize == 0:
         if WILDCARD_DIM in dims or math.prod(dims) != 1:
             raise InvalidArgument("For BYTE datatype raw input, the model must have input shape [1]")
-        data = np.empty(1, dtype=object)
+        data: np.ndarray = np.empty(1, dtype=object)
         data[0] = bytes(mv)
         shape += dims
         data = data.reshape(shape)
@@ -373,7 +374,7 @@ def _plain(value: object) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _json_data(t: InferTensor) -> list:
+def _json_data(t: InferTensor) -> list[Any]:
     dt = datatypes.from_wire(t.datatype)
     arr = np.asarray(t.data)
     if dt.wire_name == "BF16":
@@ -400,7 +401,7 @@ def _json_data(t: InferTensor) -> list:
             arr = arr != 0
     elif arr.dtype != dt.numpy:
         arr = arr.astype(dt.numpy)
-    return arr.reshape(-1).tolist()
+    return cast(list[Any], arr.reshape(-1).tolist())  # numpy's stubs: tolist() is Any
 
 
 def error_body(message: str) -> bytes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -31,7 +32,8 @@ _MAX_DIM = 2**63 - 1  # shapes are int64 on the wire
 def _checked_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, or InvalidArgument."""
     out = tuple(shape)
-    for d in out:
+    checked: tuple[object, ...] = out  # the dimensions come from a request: each is checked whatever its type
+    for d in checked:
         if type(d) is not int and not isinstance(d, np.integer):
             raise InvalidArgument(f"invalid shape {list(out)} for input '{name}': dimensions must be integers")
         if d < 0 or d > _MAX_DIM:
@@ -46,7 +48,7 @@ def element_count(shape: Sequence[int]) -> int:
 
 def _wire_dtype(dt: DataType) -> np.dtype:
     # Explicit little-endian so the decode is right whatever the host order.
-    return dt.numpy.newbyteorder("<")
+    return cast(np.dtype, dt.numpy.newbyteorder("<"))  # numpy's stubs give Any for dtype[Any].newbyteorder
 
 
 def _reshape(name: str, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -140,7 +142,8 @@ def array_to_bytes(datatype: str, array: np.ndarray) -> bytes | memoryview:
     if arr.dtype != target:
         arr = arr.astype(target)
     arr = np.ascontiguousarray(arr).reshape(-1)
-    return memoryview(arr).cast("B")
+    # ndarray has the buffer protocol, but numpy's stubs declare its __buffer__ only for Python >= 3.12
+    return memoryview(arr).cast("B")  # type: ignore[arg-type]
 
 
 def _as_bytes(obj: object) -> bytes:
@@ -168,11 +171,11 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 # --------------------------------------------------------------------------- list -> array
 
 
-def _flatten(values: list) -> list:
+def _flatten(values: list[Any]) -> list[Any]:
     """Row-major leaves of a nested list (iterative: JSON may nest deeply)."""
     if not any(type(v) is list for v in values):
         return values
-    out: list = []
+    out: list[Any] = []
     stack = [iter(values)]
     while stack:
         for v in stack[-1]:
@@ -192,7 +195,7 @@ def _type_error(name: str, datatype: str, value: object) -> InvalidArgument:
     )
 
 
-def array_from_list(name: str, datatype: str, shape: Sequence[int], values: list) -> np.ndarray:
+def array_from_list(name: str, datatype: str, shape: Sequence[int], values: list[Any]) -> np.ndarray:
     """Array of ``shape`` from JSON ``data`` (flat or nested) or gRPC typed contents.
 
     Values must have the right kind: bools for BOOL, integers (no bools, no
@@ -252,7 +255,7 @@ def array_from_list(name: str, datatype: str, shape: Sequence[int], values: list
     return _reshape(name, arr, dims)
 
 
-def _encode_strings(name: str, flat: list) -> list[bytes]:
+def _encode_strings(name: str, flat: list[Any]) -> list[bytes]:
     out: list[bytes] = []
     append = out.append
     for v in flat:

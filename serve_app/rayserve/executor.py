@@ -210,7 +210,7 @@ class RayModelExecutor:
                 except (OSError, asyncio.TimeoutError) as exc:
                     logger.warning("no channel to %s replica at %s: %s", group.name, addr, exc)
                     continue
-                group.clients[addr] = client  # type: ignore[index]
+                group.clients[addr] = client
         finally:
             group.refreshed_at = time.monotonic()
             group.refreshing = None

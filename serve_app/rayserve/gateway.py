@@ -35,7 +35,8 @@ DRAIN_TIMEOUT_S = 30.0
 
 
 class Gateway:
-    async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:
+    # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
+    async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:  # type: ignore[misc]
         self.settings = settings
         self.registry = ModelRegistry()
         self._manager = manager

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from serve_app.repository.api import LoadParameters
-    from serve_app.service.inference_service import IndexEntry
+    from serve_app.repository.api import IndexEntry, LoadParameters
 
 
 class ManagerClient:

@@ -29,8 +29,8 @@ from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
+from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
-from serve_app.service.inference_service import IndexEntry
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
 
@@ -41,7 +41,8 @@ WATCH_TIMEOUT_S = 10.0  # a gateway long poll; Serve waits for it when the manag
 
 
 class ModelManager:
-    async def __init__(
+    # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
+    async def __init__(  # type: ignore[misc]
         self, settings: ServerSettings, token: bytes, router: Any, gpus: ClusterGpus | None = None
     ) -> None:
         self.settings = settings

@@ -50,7 +50,8 @@ class SequenceModelSpec:
 
 
 class SequenceRouterDeployment:
-    async def __init__(self, token: bytes, app_name: str = "") -> None:
+    # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
+    async def __init__(self, token: bytes, app_name: str = "") -> None:  # type: ignore[misc]
         import ray
 
         self.core = SequenceRouter()

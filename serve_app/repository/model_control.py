@@ -461,6 +461,7 @@ class ModelControl:
         from serve_app.repository.api import IndexEntry  # the service package is heavy to import
 
         by_model: dict[str, list[tuple[int | None, str, str]]] = {}
+        version: int | None  # None in a row for a model without a version
         for (model, version), (state, reason) in states.items():
             by_model.setdefault(model, []).append((version, state, reason))
         out: list[IndexEntry] = []

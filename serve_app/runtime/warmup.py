@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -134,7 +135,7 @@ def parse_strings(data: bytes, count: int, source: str) -> np.ndarray:
 def _from_bytes(raw: bytes, dt: DataType, count: int) -> np.ndarray:
     """``count`` elements of ``dt`` from raw little-endian bytes (at least ``count * itemsize`` of them)."""
     if dt.numpy == np.bool_:
-        return np.frombuffer(raw, dtype=np.uint8, count=count) != 0
+        return cast(np.ndarray, np.frombuffer(raw, dtype=np.uint8, count=count) != 0)  # numpy's stubs: Any for !=
     return np.frombuffer(raw, dtype=dt.numpy.newbyteorder("<"), count=count).astype(dt.numpy)
 
 

@@ -229,7 +229,8 @@ class ModelScheduler:
         order = self._order
         while order and order[0].outcome is not None:
             done = order.popleft()
-            _resolve(done.future, done.outcome)  # type: ignore[arg-type]
+            assert done.outcome is not None  # the loop's condition
+            _resolve(done.future, done.outcome)
 
     @property
     def queued(self) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from serve_app.errors import InvalidArgument, ServeError
 
-_SEPARATORS = frozenset({"/", "\\", os.sep, os.altsep} - {None})
+_SEPARATORS: frozenset[str] = frozenset(s for s in ("/", "\\", os.sep, os.altsep) if s is not None)
 
 
 def is_plain_name(name: str) -> bool:

@@ -155,6 +155,12 @@ class SequenceBatcher(Generic[T]):
         return displaced
 
     # -- batch formation ---------------------------------------------------------------
+    def _head(self, i: int) -> Pending[T]:
+        """The first request queued in slot ``i``, which the caller knows is occupied and has one."""
+        s = self._slots[i]
+        assert s is not None
+        return s.queue[0]
+
     def next_batch(self, now_ns: int) -> BatchDecision[T]:
         """The rows of the next execution on this (free) instance, per the rules above."""
         return self._direct(now_ns) if self.config.direct else self._oldest(now_ns)
@@ -165,12 +171,12 @@ class SequenceBatcher(Generic[T]):
         if not ready:
             return BatchDecision()
         if cfg.max_queue_delay_ns > 0 and len(ready) < cfg.min_slot_utilization * cfg.slots:
-            oldest = min(self._slots[i].queue[0].enqueue_ns for i in ready)  # type: ignore[union-attr]
+            oldest = min(self._head(i).enqueue_ns for i in ready)
             waited = now_ns - oldest
             if waited < cfg.max_queue_delay_ns:
                 return BatchDecision(wait_ns=cfg.max_queue_delay_ns - waited)
         highest = max(i for i, s in enumerate(self._slots) if s is not None)
-        key = self._slots[ready[0]].queue[0].shape_key  # type: ignore[union-attr]
+        key = self._head(ready[0]).shape_key
         rows: list[Row[T]] = []
         for i in range(highest + 1):
             s = self._slots[i]
@@ -192,13 +198,13 @@ class SequenceBatcher(Generic[T]):
             return BatchDecision()
         chosen: list[int] = []
         best = 0
-        key = self._slots[heads[0][1]].queue[0].shape_key  # type: ignore[union-attr]
+        key = self._head(heads[0][1]).shape_key
         full = False
         for _, i in heads:
             if len(chosen) >= cfg.max_batch_size:
                 full = True
                 break
-            if self._slots[i].queue[0].shape_key != key:  # type: ignore[union-attr]
+            if self._head(i).shape_key != key:
                 full = True
                 break
             chosen.append(i)
@@ -211,7 +217,7 @@ class SequenceBatcher(Generic[T]):
         elif not (full or len(chosen) >= self._max_preferred or delay_exceeded or cfg.max_queue_delay_ns == 0):
             return BatchDecision(wait_ns=cfg.max_queue_delay_ns - (now_ns - oldest))
         rows = []
-        for i in sorted(chosen, key=lambda j: self._slots[j].queue[0].enqueue_ns):  # type: ignore[union-attr]
+        for i in sorted(chosen, key=lambda j: self._head(j).enqueue_ns):
             s = self._slots[i]
             assert s is not None
             s.inflight += 1

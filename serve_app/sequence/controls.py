@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -121,5 +122,5 @@ def _corr_ids(ids: list[CorrId], data_type: int) -> np.ndarray:
         return wide
     if data_type == mc.TYPE_INT64:
         return wide.view(np.int64)
-    low = (wide & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    low = cast(np.ndarray, (wide & np.uint64(0xFFFFFFFF)).astype(np.uint32))  # numpy's stubs: Any for array & scalar
     return low if data_type == mc.TYPE_UINT32 else low.view(np.int32)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def _initial(model: str, model_dir: Path, index: int, state: mc.ModelSequenceBat
             f"model '{model}': {field}.initial_state[0].data_file '{init.data_file}' holds {len(raw)} bytes, "
             f"expected {expected} for dims {list(shape)}"
         )
-    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    return cast(np.ndarray, np.frombuffer(raw, dtype=dtype).reshape(shape).copy())  # numpy's stubs: Any for .copy()
 
 
 class ImplicitState:

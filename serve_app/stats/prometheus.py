@@ -12,7 +12,7 @@ counter family ``<name>_total`` and so cannot reproduce Triton's names.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from serve_app.stats.model_stats import FAILURE_REASONS, ModelStats
@@ -39,7 +39,7 @@ def _labels(m: ModelMetrics) -> dict[str, str]:
 
 
 # (name, help, value of a model's stats); durations are cumulative microseconds.
-_COUNTERS = (
+_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
      lambda s: s.inference["success"].count),
     ("nv_inference_count", "Number of inferences performed (does not include cached requests)",

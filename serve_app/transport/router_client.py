@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from serve_app.errors import Unavailable
 from serve_app.transport.channel import ChannelBroken
@@ -48,8 +48,8 @@ class RouterClient:
     async def _post_later(self, message: Any) -> None:
         try:
             if self._address is None:
-                self._address = tuple(await self._resolve())  # type: ignore[assignment]
-            client = await self._pool.get(self._address)  # type: ignore[arg-type]
+                self._address = cast(tuple[str, int], tuple(await self._resolve()))  # tuple() loses the pair type
+            client = await self._pool.get(self._address)
             client.post(message)
         except ChannelBroken as exc:
             self._address = None  # resolved again next time: a restarted router listens elsewhere
@@ -63,8 +63,8 @@ class RouterClient:
         while True:
             try:
                 if self._address is None:
-                    self._address = tuple(await self._resolve())  # type: ignore[assignment]
-                client = await self._pool.get(self._address)  # type: ignore[arg-type]
+                    self._address = cast(tuple[str, int], tuple(await self._resolve()))  # tuple() loses the pair type
+                client = await self._pool.get(self._address)
                 return await client.call(message)
             except ChannelBroken as exc:
                 self._address = None
