@@ -19,6 +19,23 @@ def _names(names: list[str] | tuple[str, ...]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
+def _count_error(request: InferRequest, sig: ModelSignature, missing: list[str]) -> InvalidArgument:
+    """Triton's message for a request whose inputs don't cover the model's (``ValidateRequestInputs``).
+
+    As Triton prints it, an empty missing list reads ``]`` (its code drops the last character of
+    ``[`` when there is no comma to drop)."""
+    total, required, got = len(sig.inputs), len(sig.required_inputs), len(request.inputs)
+    if total == required:
+        head = f"expected {total} inputs but got {got} inputs for model '{sig.name}'"
+    else:
+        head = f"expected number of inputs between {required} and {total} but got {got} inputs for model '{sig.name}'"
+    absent = _names(missing) if missing else "]"
+    return InvalidArgument(
+        f"{head}. Got input(s) {_names([t.name for t in request.inputs])}, but missing required "
+        f"input(s) {absent}. Please provide all required input(s)."
+    )
+
+
 def declared_shape(model: str, name: str, shape: Sequence[int]) -> tuple[int, ...]:
     """An input's shape as sent, checked before its data is decoded (the decode needs it whole).
 
@@ -49,20 +66,6 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> int:
         if t.name in seen:
             raise InvalidArgument(f"input '{t.name}' already exists in request")
         seen.add(t.name)
-        if t.name not in sig.inputs:
-            raise InvalidArgument(f"unexpected inference input '{t.name}' for model '{model}'")
-
-    missing = [n for n in sig.required_inputs if n not in seen]
-    if missing:
-        total, required, got = len(sig.inputs), len(sig.required_inputs), len(request.inputs)
-        if total == required:
-            head = f"expected {total} inputs but got {got} inputs for model '{model}'"
-        else:
-            head = f"expected number of inputs between {required} and {total} but got {got} inputs for model '{model}'"
-        raise InvalidArgument(
-            f"{head}. Got input(s) {_names([t.name for t in request.inputs])}, but missing required "
-            f"input(s) {_names(missing)}. Please provide all required input(s)."
-        )
 
     requested: set[str] = set()
     for out in request.outputs:
@@ -71,6 +74,17 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> int:
         requested.add(out.name)
         if out.name not in sig.outputs:
             raise InvalidArgument(f"unexpected inference output '{out.name}' for model '{model}'")
+
+    # Triton's InferenceRequest::ValidateRequestInputs: the count first (too many, or fewer than the
+    # required ones), then each name.
+    missing = [n for n in sig.required_inputs if n not in seen]
+    if len(request.inputs) > len(sig.inputs) or len(request.inputs) < len(sig.required_inputs):
+        raise _count_error(request, sig, missing)
+    for t in request.inputs:
+        if t.name not in sig.inputs:
+            raise InvalidArgument(f"unexpected inference input '{t.name}' for model '{model}'")
+    if missing:
+        raise _count_error(request, sig, missing)
 
     batching = sig.max_batch_size > 0
     batch: int | None = None

@@ -84,7 +84,14 @@ CASES = [
     Case("failed-model", 503, f"'{BROKEN}' has no available versions", model=BROKEN, inputs=GOOD),
     Case("loading", 503, "version 3 is not at ready state", model=VERSIONED, inputs=GOOD, setup=_loading),
     Case("missing-input", 400, "missing required input(s) ['INPUT1']", inputs=GOOD[:1]),
-    Case("unknown-input", 400, "unexpected inference input 'INPUT7'", inputs=(*GOOD, fp32("INPUT7", (1, 16)))),
+    Case("unknown-input", 400, "unexpected inference input 'INPUT7'", inputs=(GOOD[0], fp32("INPUT7", (1, 16)))),
+    Case(
+        "extra-input",
+        400,
+        "expected 2 inputs but got 3 inputs for model 'add_sub'. Got input(s) ['INPUT0','INPUT1','INPUT7'], but "
+        "missing required input(s) ]. Please provide all required input(s).",
+        inputs=(*GOOD, fp32("INPUT7", (1, 16))),
+    ),
     Case("duplicate-input", 400, "input 'INPUT0' already exists in request", inputs=(*GOOD, GOOD[0])),
     Case(
         "wrong-datatype",

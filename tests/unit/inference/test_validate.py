@@ -238,3 +238,33 @@ def test_declared_shape_is_checked_once_for_both_codecs() -> None:
     with pytest.raises(InvalidArgument) as exc:
         declared_shape("m", "X", [1, -4])
     assert str(exc.value) == "All input dimensions should be specified for input 'X' for model 'm', got [1,-4]"
+
+
+# --------------------------------------------------------------------------- input count, as Triton checks it
+
+
+def test_more_inputs_than_the_model_has_is_the_count_error_before_any_name() -> None:
+    """A client feeding an implicit-state input: Triton refuses the count, nothing is missing (its ``]``)."""
+    req = request(tensor("INPUT0", (1, 16)), tensor("INPUT1", (1, 16)), tensor("INPUT_STATE", (1, 16)))
+    assert message(req, add_sub()) == (
+        "expected 2 inputs but got 3 inputs for model 'add_sub'. Got input(s) ['INPUT0','INPUT1','INPUT_STATE'], "
+        "but missing required input(s) ]. Please provide all required input(s)."
+    )
+
+
+def test_fewer_inputs_than_required_lists_the_missing_ones_even_with_an_unknown_name() -> None:
+    req = request(tensor("BOGUS", (1, 16)))
+    assert message(req, add_sub()) == (
+        "expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['BOGUS'], but missing required "
+        "input(s) ['INPUT0','INPUT1']. Please provide all required input(s)."
+    )
+
+
+def test_right_count_with_an_unknown_name_names_it() -> None:
+    req = request(tensor("INPUT0", (1, 16)), tensor("BOGUS", (1, 16)))
+    assert message(req, add_sub()) == "unexpected inference input 'BOGUS' for model 'add_sub'"
+
+
+def test_requested_outputs_are_checked_before_the_inputs() -> None:
+    req = request(tensor("INPUT0", (1, 16)), outputs=("NOPE",))
+    assert message(req, add_sub()) == "unexpected inference output 'NOPE' for model 'add_sub'"
