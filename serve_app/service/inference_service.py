@@ -38,6 +38,7 @@ EXTENSIONS: tuple[str, ...] = (
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
