@@ -269,7 +269,7 @@ class InferenceService:
             raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'") from None
         chosen = [m for m in ready if m.version == number]
         if not chosen:
-            raise InvalidArgument(f"requested model '{name}' version {version} is not available")
+            raise InvalidArgument(f"requested model version is not available for model '{name}'")
         return chosen
 
     async def model_statistics(self, name: str = "", version: str = "") -> list[ModelStats]:

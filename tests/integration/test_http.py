@@ -374,3 +374,21 @@ async def test_backend_failure_is_500_and_next_request_works(
     r, result = await infer(http, f"/v2/models/{ADD_SUB}/infer", inputs)
     assert result is not None, r.text
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+
+async def test_server_metadata_lists_triton_extensions_in_order(http: httpx.AsyncClient) -> None:
+    extensions = (await http.get("/v2")).json()["extensions"]
+    assert extensions[:6] == [
+        "classification",
+        "sequence",
+        "model_repository",
+        "model_repository(unload_dependents)",
+        "schedule_policy",
+        "model_configuration",
+    ]
+
+
+async def test_statistics_of_a_version_not_served_is_triton_s_400(http: httpx.AsyncClient) -> None:
+    r = await http.get(f"/v2/models/{VERSIONED}/versions/1/stats")
+    assert r.status_code == 400
+    assert r.json() == {"error": f"requested model version is not available for model '{VERSIONED}'"}
