@@ -4,7 +4,23 @@
     python -m scripts.fuzz [--cases 10000] [--seed 0] [--time-limit-s 900] [--timeout-s 10] [--concurrency 8]
                            [--protocols http,grpc,parity] [--http HOST:PORT --grpc HOST:PORT] [--case N]
 
-The cases, the oracle and the targets are ``tests/support/fuzz.py`` (CI runs a seeded share of them in
+A case passes when it is answered, within ``--timeout-s``, with HTTP 200/4xx (501 and 503 where the
+server may legitimately say so; any other 5xx fails) and a ``{"error": ...}`` body on errors, or a gRPC
+status other than INTERNAL, UNKNOWN, DEADLINE_EXCEEDED, DATA_LOSS...; a stream must answer each of its
+requests in-band as the same request answers alone; a ``parity`` case sends one request over both
+protocols and needs the same status and message.  Every ``--check-every`` cases, and at the end, the
+server must still be ready and serve a valid inference.  Exit status 1 when anything failed.
+
+In process (the default) the integration tests' models, the sequence models, an ensemble, a dynamic
+batcher with priorities and a classification model are served from a temporary repository by the
+real service and front ends without Ray (HTTP through httpx's ASGI transport, gRPC on a free loopback
+port), with small request limits so that limit cases stay cheap.  With ``--http``/``--grpc`` a running
+server is fuzzed instead: its models come from its repository index, metadata and config, and cases
+never load or unload a model it serves.  ``--cases`` is per protocol.  Case ``i`` of protocol ``p``
+is generated from ``Random(f"{seed}:{p}:{i}")``: ``--case i --protocols p`` replays and prints it.
+Needs the test extra (httpx, tritonclient, onnx).
+
+The cases, the oracle and the targets are the package ``tests/support/fuzz/`` (CI runs a seeded share of them in
 ``tests/integration/test_fuzz.py``); this is the command line.
 """
 
