@@ -1,4 +1,4 @@
-"""Map a model's ``instance_group`` onto Ray Serve replica groups.
+"""Map a model's ``instance_group`` onto Ray Serve replica groups (the instances a group asks for, and where).
 
 Triton turns each instance group into model instances on devices; we turn it into
 Ray Serve deployments whose replicas (one replica = one instance) carry resource
@@ -80,6 +80,7 @@ class ClusterGpus:
     # GPU index -> number of nodes declaring the resource ``<prefix><index>`` (empty: none declared)
     indexed: Mapping[int, int] = field(default_factory=dict)
     prefix: str = DEFAULT_GPU_RESOURCE_PREFIX
+    cpu_nodes: int = 1  # live nodes with CPUs (each gets a shared host for CPU instances)
 
     @property
     def has_gpus(self) -> bool:
@@ -93,14 +94,16 @@ class ClusterGpus:
         """From each live node's resource totals (``ray.nodes()[i]["Resources"]``)."""
         pattern = re.compile(re.escape(prefix) + r"(\d+)")
         total = 0.0
+        cpu_nodes = 0
         indexed: dict[int, int] = defaultdict(int)
         for resources in nodes:
             total += resources.get("GPU", 0)
+            cpu_nodes += resources.get("CPU", 0) > 0
             for key, amount in resources.items():
                 match = pattern.fullmatch(key)
                 if match and amount > 0:
                     indexed[int(match.group(1))] += 1
-        return cls(total=int(total), indexed=dict(sorted(indexed.items())), prefix=prefix)
+        return cls(total=int(total), indexed=dict(sorted(indexed.items())), prefix=prefix, cpu_nodes=max(1, cpu_nodes))
 
 
 @dataclass(frozen=True)

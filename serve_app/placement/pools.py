@@ -1,0 +1,66 @@
+"""Which shared host holds an instance group, and what each pool of hosts asks of Ray.
+
+Triton runs a server's instances as threads of one process; serve_app does
+the same per node and device with *host pools*, one Serve deployment each:
+
+* ``cpu``: one host on every node with CPUs; a ``KIND_CPU`` group puts
+  ``count`` instances in each (as ``count`` instances on every Triton server);
+* ``gpu<i>``: with per-GPU resources declared, one host per node that has
+  GPU ``i``, holding every group's instances on that GPU (``count`` per GPU,
+  as in Triton), all in one process: one CUDA context per GPU;
+* ``gpu``: without them, one host per GPU of the cluster (Ray picks the
+  GPUs), holding ``count`` instances of each ``KIND_GPU`` group;
+* ``model``: one host per node for ``KIND_MODEL`` groups (the backend picks
+  devices; the host hides none).
+
+A host reserves a token amount of CPU (``instance_cpus``), so hosts land only
+on nodes with CPUs and share them, as Triton's instances share a server's
+cores; a GPU host reserves its whole GPU.  Pure: no Ray import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serve_app.placement.groups import KIND_CPU, KIND_GPU, KIND_MODEL, ClusterGpus, ReplicaGroup
+
+
+@dataclass(frozen=True)
+class HostPool:
+    """One Serve deployment of shared hosts: how many, and what each asks of Ray."""
+
+    name: str  # "cpu", "gpu<i>", "gpu" or "model"
+    kind: str  # the kind of instances it holds (the host sets CUDA_VISIBLE_DEVICES for it)
+    replicas: int
+    num_cpus: float
+    num_gpus: float = 0.0
+    device: int | None = None  # the GPU index every host of the pool uses, when pinned
+    resources: tuple[tuple[str, float], ...] = ()
+    max_per_node: int = 0  # Serve's max_replicas_per_node (0 = no limit)
+
+    @property
+    def deployment(self) -> str:
+        return f"host-{self.name}"
+
+
+def host_pool(group: ReplicaGroup, cluster: ClusterGpus, cpus: float) -> HostPool:
+    """The pool whose hosts hold ``group``'s instances, ``group.count`` in each host."""
+    if group.kind == KIND_CPU:
+        return HostPool("cpu", KIND_CPU, cluster.cpu_nodes, cpus, max_per_node=1)
+    if group.kind == KIND_MODEL:
+        return HostPool("model", KIND_MODEL, cluster.cpu_nodes, cpus, max_per_node=1)
+    if group.kind != KIND_GPU:
+        raise ValueError(f"unknown instance kind {group.kind}")
+    if group.device is None:  # Ray picks the GPU: one host per GPU of the cluster
+        return HostPool("gpu", KIND_GPU, max(1, cluster.total), cpus, num_gpus=1.0)
+    nodes = cluster.indexed.get(group.device, 1)
+    resource = ((cluster.resource(group.device), 1.0),)
+    return HostPool(
+        f"gpu{group.device}", KIND_GPU, nodes, cpus, device=group.device, resources=resource, max_per_node=1
+    )
+
+
+def hosted_instances(group: ReplicaGroup, pool: HostPool) -> int:
+    """Instances of ``group`` in the whole pool: ``count`` in each host."""
+    per_host = group.count if group.kind == KIND_GPU else max(1, group.count)
+    return per_host * pool.replicas
