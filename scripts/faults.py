@@ -32,6 +32,8 @@ import numpy as np
 from tests.support import example_models, faults as fi, soak as soak_lib
 from tests.support.net import free_port
 
+# The fault tests kill one instance's process: each instance of these models gets its own.
+DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'
 MODEL = "fault_add"
 SEQ_MODEL = "fault_seq"
 SEQ_LENGTH = 20
@@ -105,8 +107,10 @@ def main() -> int:
     print(fi.HEADER, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         repo = pathlib.Path(tmp) / "repo"
-        example_models.add_sub(repo, name=MODEL, extra_config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
-        soak_lib.accumulator(repo, SEQ_MODEL, max_batch_size=4, instances=2, idle_us=30_000_000)
+        example_models.add_sub(
+            repo, name=MODEL, extra_config="instance_group [ { kind: KIND_CPU count: 2 } ]\n" + DEDICATED
+        )
+        soak_lib.accumulator(repo, SEQ_MODEL, max_batch_size=4, instances=2, idle_us=30_000_000, parameters=DEDICATED)
         log = pathlib.Path(tmp) / "server.log"
         proc, url = start(repo, log)
         session = proc.pid

@@ -1,7 +1,7 @@
 """Write docs/configuration.md from ServerSettings: every setting, its flag, default and help.
 
-    python -m scripts.gen_config_docs          # rewrite the page
-    python -m scripts.gen_config_docs --check  # exit 1 if the page is stale (tests run this check)
+python -m scripts.gen_config_docs          # rewrite the page
+python -m scripts.gen_config_docs --check  # exit 1 if the page is stale (tests run this check)
 """
 
 from __future__ import annotations

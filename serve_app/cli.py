@@ -96,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(settings.model_repository):
         print(f"error: model repository '{settings.model_repository}' is not a directory", file=sys.stderr)
         return 2
+    if ns.local or ns.address is None:  # every server of this process, or of the Ray it starts, binds here
+        from serve_app.front_ends import check_ports_free
+
+        try:
+            check_ports_free(settings)
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if ns.local:
         from serve_app.local.server import serve_locally
 

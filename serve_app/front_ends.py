@@ -72,3 +72,22 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
         return reuse_port_socket(host, port)
     except OSError as exc:
         raise OSError(f"could not bind the {what} port {host}:{port}: {exc.strerror or exc}") from None
+
+
+def check_ports_free(settings: ServerSettings) -> None:
+    """Raise OSError naming the first of the settings' ports another process listens on.
+
+    The gateways bind with SO_REUSEPORT so that several share a port; a port another server holds would
+    then either refuse them (after Serve's retries, as a failed deployment) or, worse, be shared with it.
+    Checked before anything starts, by binding each port exclusively for a moment."""
+    for what, port in (("HTTP", settings.http_port), ("gRPC", settings.grpc_port), ("metrics", settings.metrics_port)):
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((settings.host, port))
+            except OSError as exc:
+                raise OSError(
+                    f"the {what} port {port} on {settings.host} is in use ({exc.strerror or exc}): stop what holds "
+                    f"it, or choose another with --{what.lower()}-port"
+                ) from None

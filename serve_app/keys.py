@@ -26,5 +26,6 @@ class ModelKey:
 
     @property
     def version_key(self) -> ModelKey:
-        """The version whichever load serves it (statistics outlive a reload's switch-over)."""
+        """The version whichever load serves it: gateways add up statistics by it (two gateways may hold
+        different loads for a moment during a reload)."""
         return ModelKey(self.name, self.version)

@@ -36,7 +36,18 @@ class ServerSettings:
     grpc_port: int = setting(8001, "gRPC port (inference.GRPCInferenceService)")
     metrics_port: int = setting(8002, "Prometheus metrics port")
     gateway_replicas: int = setting(1, "front-end (gateway) replicas; they share the ports with SO_REUSEPORT")
-    instance_cpus: float = setting(1.0, "logical CPUs each KIND_CPU/KIND_GPU model instance reserves in Ray")
+    instance_cpus: float = setting(
+        0.01,
+        "logical CPUs each process holding model instances (a shared host, or a dedicated replica) reserves in "
+        "Ray: a token amount by default, so that instances land where CPUs are and share them, as Triton's do; "
+        "raise it to reserve cores",
+    )
+    shared_hosts: bool = setting(
+        True,
+        "model instances are threads of shared host processes (one per node for CPU instances, one per GPU), as "
+        "in Triton; off: every instance is a Serve replica of its own (as models with the dedicated_process "
+        "parameter, and autoscaled ones, always are)",
+    )
     max_inflight_per_instance: int = setting(
         1,
         "batches in flight per model instance from each gateway: 1 is Triton's rule (a batch is formed when an "
@@ -76,6 +87,12 @@ class ServerSettings:
     )
     load_timeout_s: float = setting(
         600.0, "longest wait for a model's instances to start (placement included) before its load fails"
+    )
+    placement_timeout_s: float = setting(
+        40.0,
+        "a model whose instances Ray has not placed after this many seconds, for want of resources, fails its "
+        "load with what they ask and what the cluster has (the others serve); raise it when an autoscaler adds "
+        "nodes (Serve reports unplaced replicas after 30 s)",
     )
     max_queue_size: int = setting(
         4096,

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
+from serve_app.config.hosting import dedicated_process
 from serve_app.config.pbtxt import config_error
 from serve_app.config.state_backup import state_backup_enabled
 from serve_app.protos import model_config_pb2 as mc
@@ -130,6 +131,7 @@ def validate_config(config: mc.ModelConfig, *, model: str, path: str) -> None:
     _check_instance_groups(config, where)
     _check_warmup(config, where)
     state_backup_enabled(config, path=path)
+    dedicated_process(config, path=path)
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
         where.fail("response_cache.enable", "the response cache does not support decoupled models")
 

@@ -62,5 +62,4 @@ def host_pool(group: ReplicaGroup, cluster: ClusterGpus, cpus: float) -> HostPoo
 
 def hosted_instances(group: ReplicaGroup, pool: HostPool) -> int:
     """Instances of ``group`` in the whole pool: ``count`` in each host."""
-    per_host = group.count if group.kind == KIND_GPU else max(1, group.count)
-    return per_host * pool.replicas
+    return max(1, group.count) * pool.replicas

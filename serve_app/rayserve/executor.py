@@ -1,8 +1,11 @@
 """ModelExecutor for the gateway: one call per batch, to the least busy model instance.
 
-Calls go over each instance's direct channel (serve_app.transport) when the
-gateway holds one, else through the deployment's Serve handle.  The gateway
-learns the channel addresses with a Serve broadcast when a model version is
+Calls go over the direct channel (serve_app.transport) of the process that
+holds the instance, naming the instance (:class:`~serve_app.hosting.ExecuteOn`):
+a shared host holds instances of many models behind one connection, a
+dedicated replica one.  Without channels a dedicated deployment is called
+through its Serve handle.  The gateway learns a version's instances (ids and
+addresses) with a Serve broadcast to its deployments when the version is
 added, every ``REFRESH_S`` seconds (new or replaced replicas; more often for
 autoscaled ones), and soon after a channel fails.  A batch whose channel
 breaks mid-call fails with UNAVAILABLE: it is not re-run, as its instance may
@@ -24,14 +27,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from serve_app.errors import Draining, InternalError, Unavailable
+from serve_app.hosting.messages import ExecuteOn
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.keys import ModelKey
 from serve_app.sequence.port import ChannelSequencePort
 from serve_app.service.serving_state import DeploymentRef
 from serve_app.transport import ChannelClient
+from serve_app.transport.channel import ChannelBroken
 from serve_app.transport.pool import ChannelPool
 from serve_app.transport.router_client import RouterClient
 
@@ -43,33 +49,54 @@ RETRY_REFRESH_S = 1.0
 MAX_DRAINING_RETRIES = 4
 
 
-class _Group:
-    """One Serve deployment (an instance group) of a model version, and channels to its replicas."""
+@dataclass(slots=True, eq=False)
+class _Target:
+    """One instance the gateway can send batches to: its id and the connection to its process."""
 
-    def __init__(self, name: str, handle: Any, replicas: int, autoscaled: bool = False) -> None:
+    instance: str
+    client: ChannelClient
+    inflight: int = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.client.closed
+
+
+class _Group:
+    """One Serve deployment serving an instance group of a model version: a dedicated deployment (one
+    replica per instance) or a pool of shared hosts; and the instances of the version it holds."""
+
+    def __init__(
+        self, name: str, handle: Any, replicas: int, key: ModelKey, autoscaled: bool = False, hosted: bool = False
+    ) -> None:
         self.name = name
         self.handle = handle
-        self.replicas = max(1, replicas)
+        self.key = key
+        self.replicas = max(1, replicas)  # the instances it starts with (until they are known)
         self.autoscaled = autoscaled
+        self.hosted = hosted
         self.serve_inflight = 0
-        self.clients: dict[tuple[str, int], ChannelClient] = {}
+        self.targets: dict[str, _Target] = {}  # instance id -> target
         self.refreshed_at = 0.0
         self.refreshing: asyncio.Task[None] | None = None
 
     def load(self) -> float:
-        return (self.serve_inflight + sum(c.inflight for c in self.clients.values())) / self.replicas
+        return (self.serve_inflight + sum(t.inflight for t in self.targets.values())) / self.replicas
 
     def live(self) -> int:
-        """Replicas it can take batches on now (the starting count until channels are known)."""
-        open_clients = sum(1 for c in self.clients.values() if not c.closed)
-        return open_clients if self.autoscaled and open_clients else self.replicas
+        """Instances it can take batches on now (the starting count until channels are known)."""
+        open_targets = sum(1 for t in self.targets.values() if not t.closed)
+        return open_targets if (self.autoscaled or self.hosted) and open_targets else self.replicas
 
-    def pick(self) -> ChannelClient | None:
-        best: ChannelClient | None = None
-        for c in self.clients.values():
-            if not c.closed and (best is None or c.inflight < best.inflight):
-                best = c
+    def pick(self) -> _Target | None:
+        best: _Target | None = None
+        for t in self.targets.values():
+            if not t.closed and (best is None or t.inflight < best.inflight):
+                best = t
         return best
+
+    def drop(self, target: _Target) -> None:
+        self.targets.pop(target.instance, None)
 
 
 class RayModelExecutor:
@@ -108,7 +135,10 @@ class RayModelExecutor:
         """Serve a model version's deployments: open channels to their replicas."""
         from ray import serve
 
-        groups = [_Group(r.name, serve.get_deployment_handle(r.name, r.app), r.replicas, r.autoscaled) for r in refs]
+        groups = [
+            _Group(r.name, serve.get_deployment_handle(r.name, r.app), r.replicas, key, r.autoscaled, r.hosted)
+            for r in refs
+        ]
         self._groups[key] = groups
         if self._token:
             await asyncio.gather(*(self._refresh(g) for g in groups))
@@ -116,12 +146,11 @@ class RayModelExecutor:
             self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
 
     def remove_version(self, key: ModelKey) -> None:
-        for g in self._groups.pop(key, ()):
-            for c in g.clients.values():
-                c.close()
+        self._groups.pop(key, None)  # the connections are shared (the pool's): other versions may use them
 
     def handles(self, key: ModelKey) -> list[Any]:
-        return [g.handle for g in self._groups.get(key, ())]
+        """The deployments holding the version's instances, each once (its groups may share a host pool)."""
+        return list({g.name: g.handle for g in self._groups.get(key, ())}.values())
 
     def instances(self, key: ModelKey) -> int:
         """Instances of the version this gateway can reach now (channels; the planned count without)."""
@@ -136,11 +165,13 @@ class RayModelExecutor:
             raise InternalError(f"no deployment serves model '{key.name}' version {key.version}")
         group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
         for _ in range(MAX_DRAINING_RETRIES):
-            client = group.pick() if self._token else None
-            if client is None:
+            target = group.pick() if self._token else None
+            if target is None:
                 break
+            target.inflight += 1
             try:
-                result: list[ExecutionResult] = await asyncio.wait_for(client.call(executions), self._call_timeout)
+                call = target.client.call(ExecuteOn(target.instance, executions))
+                result: list[ExecutionResult] = await asyncio.wait_for(call, self._call_timeout)
                 return result
             except asyncio.TimeoutError:
                 # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
@@ -150,15 +181,19 @@ class RayModelExecutor:
                     f"{self._call_timeout:g}s"
                 ) from None
             except Draining:
-                # Stopping (scaled down or replaced) before it ran the batch: another instance takes it.
-                client.close()
-                group.clients = {a: c for a, c in group.clients.items() if c is not client}
+                # Stopping (scaled down, reloaded, or its host restarted) before it ran the batch: another
+                # instance takes it.
+                group.drop(target)
                 self._refresh_soon(group)
             except Unavailable:
                 self._refresh_soon(group)
                 raise
+            finally:
+                target.inflight -= 1
         if self._token:
             self._refresh_soon(group)
+        if group.hosted:
+            raise Unavailable(f"model '{key.name}' version {key.version}: none of its instances is reachable now")
         group.serve_inflight += 1
         try:
             result = await asyncio.wait_for(group.handle.execute.remote(executions), self._call_timeout)
@@ -195,22 +230,30 @@ class RayModelExecutor:
                     self._on_capacity(key, after * self._per_instance)
 
     async def _refresh(self, group: _Group) -> None:
+        """Learn the instances of the group's model version from its deployment (each replica answers for
+        the instances it holds), and connect to their processes."""
         try:
             group.refreshed_at = time.monotonic()
-            answers = await group.handle.broadcast("channel_address").results_async(return_exceptions=True)
-            live = {tuple(a) for a in answers if isinstance(a, (tuple, list)) and len(a) == 2}
-            for addr, client in list(group.clients.items()):
-                if client.closed or addr not in live:
-                    client.close()
-                    del group.clients[addr]
-            for addr in live - set(group.clients):
-                client = ChannelClient((str(addr[0]), int(addr[1])))
-                try:
-                    await client.connect(self._token)
-                except (OSError, asyncio.TimeoutError) as exc:
-                    logger.warning("no channel to %s replica at %s: %s", group.name, addr, exc)
+            answers = await group.handle.broadcast("targets", group.key.label, group.key.generation).results_async(
+                return_exceptions=True
+            )
+            found: dict[str, tuple[str, int]] = {}
+            for answer in answers:
+                if isinstance(answer, list):
+                    for instance, host, port in answer:
+                        found[str(instance)] = (str(host), int(port))
+            for instance, target in list(group.targets.items()):
+                if target.closed or instance not in found:
+                    del group.targets[instance]
+            for instance, address in found.items():
+                if instance in group.targets:
                     continue
-                group.clients[addr] = client
+                try:
+                    client = await self._pool.get(address)
+                except ChannelBroken as exc:
+                    logger.warning("no channel to %s instance %s at %s: %s", group.name, instance, address, exc)
+                    continue
+                group.targets[instance] = _Target(instance, client)
         finally:
             group.refreshed_at = time.monotonic()
             group.refreshing = None
@@ -219,7 +262,3 @@ class RayModelExecutor:
         self._pool.close()
         if self._refresher is not None:
             self._refresher.cancel()
-        for gs in self._groups.values():
-            for g in gs:
-                for c in g.clients.values():
-                    c.close()

@@ -115,7 +115,8 @@ class Gateway:
         """Triton counts warmup executions in the statistics: fold in what every instance ran at load."""
         for model in models:
             for handle in self.executor.handles(model.key):
-                answers = await handle.broadcast("warmup_figures").results_async(return_exceptions=True)
+                call = handle.broadcast("warmup_figures", model.key.label, model.key.generation)
+                answers = await call.results_async(return_exceptions=True)
                 figures = [f for a in answers if isinstance(a, list) for f in a]
                 if figures:
                     self.service.record_warmup(model, figures)

@@ -1,8 +1,12 @@
-"""Model versions → Serve applications: one application per instance group deployment.
+"""Model versions → where their instances run: shared hosts, or Serve applications of their own.
 
-A Serve application can't gain or lose deployments without restarting all of
-them, so each deployment of a model gets an application of its own (no route
-prefix; nothing routes to it but our gateways).  Loading, reloading and
+Most instance groups go to the pools of shared hosts (``placement/pools.py``):
+the plan says which groups each pool's hosts take.  A model Serve autoscales,
+or one that asks for ``dedicated_process``, gets a deployment per instance
+group, one replica per instance.  A Serve application can't gain or lose
+deployments without restarting all of them, so each such deployment (and
+each host pool) gets an application of its own (no route prefix; nothing
+routes to it but our gateways).  Loading, reloading and
 unloading a model then start and delete only its own applications.  A reload
 deploys a new *generation* beside the old one, so traffic moves only once the
 new instances are up.
@@ -11,15 +15,26 @@ new instances are up.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from serve_app.autoscale import AutoscalingSpec, serve_autoscaling_config
 from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models
+from serve_app.config.hosting import dedicated_process
+from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.keys import ModelKey
-from serve_app.placement import ClusterGpus, ReplicaGroup, instance_spec, plan_replicas, share_gpus
+from serve_app.placement import (
+    ClusterGpus,
+    HostPool,
+    ReplicaGroup,
+    host_pool,
+    hosted_instances,
+    instance_spec,
+    plan_replicas,
+    share_gpus,
+)
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelSource
 from serve_app.sequence.batcher import SequenceBatchingConfig
@@ -53,13 +68,22 @@ def app_name(server_app: str, deployment: str, generation: int) -> str:
 
 @dataclass(slots=True)
 class ModelApps:
-    """What deploying some models takes: Serve applications to run, and what they will serve."""
+    """What deploying some models takes: Serve applications to run, instance groups for shared hosts, and
+    what they will serve."""
 
-    apps: dict[str, Any] = field(default_factory=dict)  # application name -> bound deployment
+    apps: dict[str, Any] = field(default_factory=dict)  # application name -> bound deployment (dedicated)
+    hosted: dict[str, list[InstanceLoad]] = field(default_factory=dict)  # pool -> groups its hosts take
+    pools: dict[str, HostPool] = field(default_factory=dict)  # the pools those groups need
     served: list[ServedVersion] = field(default_factory=list)
     sequence_models: list[SequenceModelSpec] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # model -> why it can't be deployed
     messages: list[str] = field(default_factory=list)
+
+    def hosted_groups(self, model: str) -> set[str]:
+        """The group ids of ``model``'s instance groups placed in shared hosts."""
+        return {
+            InstanceHost.group_id(load) for loads in self.hosted.values() for load in loads if load.key.name == model
+        }
 
 
 def plan_model_apps(
@@ -69,9 +93,11 @@ def plan_model_apps(
     gpus: ClusterGpus,
     token: bytes,
     autoscaling: Mapping[str, AutoscalingSpec | None],
+    pool_app: Callable[[HostPool], str] = lambda pool: pool.deployment,
 ) -> ModelApps:
-    """Applications for ``sources`` (each at its generation).  GPU shares are split evenly among the
-    instances planned here that Triton would put on a GPU."""
+    """Applications and host content for ``sources`` (each at its generation).  GPU shares are split evenly
+    among the dedicated instances planned here that Triton would put on a GPU.  ``pool_app``: the Serve
+    application of a host pool."""
     from ray import serve
 
     from serve_app.rayserve.model_replica import ModelReplica
@@ -101,35 +127,80 @@ def plan_model_apps(
             continue
         scaling = autoscaling.get(name)
         sequence = source.config.HasField("sequence_batching")
+        shared = settings.shared_hosts and settings.direct_channel and scaling is None
+        shared = shared and not dedicated_process(source.config)
         for version, model_file in source.versions.items():
-            refs = []
+            refs: list[DeploymentRef] = []
+            where = []
             for group in plans[name]:
+                if shared:
+                    pool = host_pool(group, gpus, settings.instance_cpus)
+                    load = InstanceLoad(
+                        ModelKey(name, version, gen),
+                        config_bytes,
+                        str(model_file),
+                        group.kind,
+                        instance_spec(group),
+                        max(1, group.count),
+                    )
+                    out.hosted.setdefault(pool.name, []).append(load)
+                    out.pools[pool.name] = pool
+                    refs.append(
+                        DeploymentRef(pool_app(pool), pool.deployment, hosted_instances(group, pool), hosted=True)
+                    )
+                    where.append(f"{max(1, group.count)}x {group.kind} in each of {pool.replicas} {pool.deployment}")
+                    continue
                 dname = deployment_name(name, version, group.group_index, group.device)
                 aname = app_name(settings.app_name, dname, gen)
                 options = replica_options(group, settings, scaling, sequence)
                 out.apps[aname] = (
                     serve.deployment(ModelReplica)
                     .options(name=dname, **options)
-                    .bind(name, version, config_bytes, str(model_file), group.kind, token, instance_spec(group))
+                    .bind(name, version, config_bytes, str(model_file), group.kind, token, instance_spec(group), gen)
                 )
                 start = scaling.initial_replicas or scaling.min_replicas if scaling else group.num_replicas
                 refs.append(DeploymentRef(aname, dname, max(1, start or 1), scaling is not None))
+                where.append(f"{group.num_replicas}x {group.kind}{_where(group)}")
             out.served.append(ServedVersion(name, version, config_bytes, tuple(refs), labels, gen, "LOADING"))
             if sequence:
                 slots = SequenceBatchingConfig.from_model_config(source.config).slots
+                instances: dict[tuple[str, str], int] = {}
+                for r in refs:  # several groups in one pool: one deployment to ask, their instances added up
+                    instances[(r.app, r.name)] = instances.get((r.app, r.name), 0) + r.replicas
                 out.sequence_models.append(
                     SequenceModelSpec(
                         ModelKey(name, version).label,
                         name,
                         slots,
-                        tuple((r.app, r.name, r.replicas) for r in refs),
+                        tuple((app, dep, n) for (app, dep), n in instances.items()),
                         gen,
                     )
                 )
-            kinds = ", ".join(f"{g.num_replicas}x {g.kind}{_where(g)}" for g in plans[name])
             scaled = f", autoscaling {scaling.min_replicas}..{scaling.max_replicas}" if scaling else ""
-            out.messages.append(f"model '{name}' version {version}: deploying ({kinds}{scaled})")
+            out.messages.append(f"model '{name}' version {version}: deploying ({', '.join(where)}{scaled})")
     return out
+
+
+def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:
+    """Serve deployment options of a pool of shared hosts."""
+    actor: dict[str, Any] = {
+        "num_cpus": pool.num_cpus,
+        "num_gpus": pool.num_gpus,
+        "runtime_env": {"env_vars": REPLICA_ENV},
+    }
+    if pool.resources:
+        actor["resources"] = dict(pool.resources)
+    options: dict[str, Any] = {
+        "num_replicas": pool.replicas,
+        "max_ongoing_requests": 1000,  # gateways reach instances over channels: Serve calls are control only
+        "logging_config": QUIET_LOGS,
+        "ray_actor_options": actor,
+        "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
+        "graceful_shutdown_wait_loop_s": 0.2,
+    }
+    if pool.max_per_node:
+        options["max_replicas_per_node"] = pool.max_per_node
+    return options
 
 
 def replica_options(

@@ -17,16 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from ray import serve
+
 from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override_file
 from serve_app.config.ensemble_deps import ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
+from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
-from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
+from serve_app.rayserve.host_pools import HostPools
+from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
@@ -37,6 +42,12 @@ from serve_app.settings import ServerSettings
 logger = logging.getLogger("ray.serve")
 
 APP_POLL_S = 0.25
+# Serve's status message for replicas waiting for resources (ray/serve/_private/deployment_state.py).
+_UNSCHEDULED = re.compile(
+    r"taken more than \d+s to be scheduled.*Resources required for each replica: (?P<required>\{.*?\}), "
+    r"total resources available: (?P<available>\{.*?\})",
+    re.DOTALL,
+)
 WATCH_TIMEOUT_S = 10.0  # a gateway long poll; Serve waits for it when the manager stops
 
 
@@ -60,7 +71,9 @@ class ModelManager:
         # Revisions only grow, also across manager restarts (gateways ignore states older than theirs).
         self._revision = time.time_ns() // 1_000_000
         self._served: dict[str, list[ServedVersion]] = {}  # model -> its served versions (one generation)
-        self._apps: dict[str, list[str]] = {}  # model -> its Serve applications
+        self._apps: dict[str, list[str]] = {}  # model -> its Serve applications (dedicated instances)
+        self._hosted: dict[str, set[str]] = {}  # model -> its instance groups in shared hosts
+        self._pools = HostPools(settings)
         self._sequence: dict[str, list[SequenceModelSpec]] = {}
         self._failed: dict[str, str] = {}  # model -> why nothing of it is served
         self._next_generation = time.time_ns() // 1_000_000  # unique across manager restarts
@@ -91,6 +104,14 @@ class ModelManager:
     async def sequence_models(self) -> tuple[int, tuple[SequenceModelSpec, ...]]:
         """For the sequence router (also when Serve restarts it): the loaded sequence models, and as of when."""
         return self._revision, tuple(m for ms in self._sequence.values() for m in ms)
+
+    async def hosting(self, pool: str) -> tuple[int, tuple[InstanceLoad, ...]]:
+        """What every host of ``pool`` holds (as of a revision)."""
+        return self._pools.content(pool)
+
+    async def wait_hosting(self, pool: str, revision: int) -> tuple[int, tuple[InstanceLoad, ...]]:
+        """A host's long poll: ``pool``'s content once it changes after ``revision`` (or after a while)."""
+        return await self._pools.wait(pool, revision, WATCH_TIMEOUT_S)
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         states = {(v.name, v.version): (v.state, v.reason) for vs in self._served.values() for v in vs}
@@ -134,11 +155,31 @@ class ModelManager:
         for name in sources:
             self._next_generation += 1
             generations[name] = self._next_generation
-        plan = plan_model_apps(sources, generations, self.settings, self._gpus, self._token, scaling)
+        plan = plan_model_apps(
+            sources, generations, self.settings, self._gpus, self._token, scaling, self._pools.app_name
+        )
         for message in plan.messages:
             logger.info(message)
         failures.update(plan.failed)
-        app_errors = await asyncio.to_thread(self._run_apps, plan.apps) if plan.apps else {}
+        apps = dict(plan.apps)
+        new_pools = [pool for name, pool in plan.pools.items() if name not in self._pools.deployed]
+        for pool in new_pools:
+            manager = serve.get_deployment_handle("model_manager", self.settings.app_name)
+            options = pool_options(pool, self.settings)
+            apps[self._pools.app_name(pool)] = self._pools.bound(pool, self._token, manager, options)
+        app_errors = await asyncio.to_thread(self._run_apps, apps) if apps else {}
+        failed_pools = []
+        for pool in new_pools:
+            if app_errors.get(self._pools.app_name(pool)):
+                failed_pools.append(self._pools.app_name(pool))
+            else:
+                self._pools.deployed[pool.name] = pool
+        hosted_errors = await self._pools.add(plan.hosted, self.settings.load_timeout_s) if plan.hosted else {}
+        for loads in plan.hosted.values():
+            for load in loads:
+                error = hosted_errors.get(InstanceHost.group_id(load))
+                if error:
+                    failures.setdefault(load.key.name, error)
         states = await self._instance_states(plan)
         kept: dict[tuple[str, int], str] = {}  # versions served UNAVAILABLE (keep_failed_instances)
         for sv in plan.served:
@@ -150,23 +191,28 @@ class ModelManager:
                 kept[(sv.name, sv.version)] = bad
             elif bad:
                 failures.setdefault(sv.name, bad)
-        stale: list[str] = []
+        stale: list[str] = list(failed_pools)
+        stale_groups: set[str] = set()
         for name, source in requested.items():
             new_apps = [a for sv in plan.served if sv.name == name for a in (r.app for r in sv.deployments)]
+            new_apps = [a for a in new_apps if a in plan.apps]  # the model's own applications, not host pools
             if name in failures:
                 logger.warning("model '%s': failed to load: %s", name, failures[name])
                 stale += new_apps
+                stale_groups |= plan.hosted_groups(name)
                 self.control.load_failed(name, failures[name])
                 if name not in self._served:  # a failed reload keeps the versions that serve
                     self._failed[name] = failures[name]
                 continue
             stale += self._apps.get(name, [])
+            stale_groups |= self._hosted.get(name, set())
             self._served[name] = [_ready(sv, kept.get((sv.name, sv.version))) for sv in plan.served if sv.name == name]
             self._apps[name] = new_apps
+            self._hosted[name] = plan.hosted_groups(name)
             self._sequence[name] = [m for m in plan.sequence_models if m.name == name]
             self._failed.pop(name, None)
             self.control.loaded(name, source)
-        await self._publish(stale)
+        await self._publish(stale, stale_groups)
         return failures
 
     def _checked(
@@ -199,7 +245,6 @@ class ModelManager:
 
     def _run_apps(self, apps: dict[str, Any]) -> dict[str, str]:
         """Start the applications and wait until each runs; returns why those that didn't, didn't."""
-        from ray import serve
         from ray.serve import RunTarget
 
         serve.run_many(
@@ -207,9 +252,11 @@ class ModelManager:
             wait_for_ingress_deployment_creation=False,
             wait_for_applications_running=False,
         )
-        deadline = time.monotonic() + self.settings.load_timeout_s
+        start = time.monotonic()
+        deadline = start + self.settings.load_timeout_s
         errors: dict[str, str] = {}
         waiting = set(apps)
+        reported = 0
         while waiting:
             overview = serve.status().applications
             for name in list(waiting):
@@ -220,6 +267,15 @@ class ModelManager:
                 elif status.endswith(("DEPLOY_FAILED", "UNHEALTHY")):
                     errors[name] = f"its instances failed to start: {app.message}" if app else "failed to start"
                     waiting.discard(name)
+                elif app is not None and time.monotonic() - start > self.settings.placement_timeout_s:
+                    unplaced = _unplaced(app)
+                    if unplaced:  # Ray can't place them: fail now, with what they ask and what the cluster has
+                        errors[name] = unplaced
+                        waiting.discard(name)
+            done = len(apps) - len(waiting)
+            if len(apps) > 1 and done != reported and (done == len(apps) or done - reported >= max(1, len(apps) // 10)):
+                logger.info("%d/%d model deployments running (%.0f s)", done, len(apps), time.monotonic() - start)
+                reported = done
             if waiting and time.monotonic() > deadline:
                 for name in waiting:
                     errors[name] = f"its instances did not start within {self.settings.load_timeout_s:g}s"
@@ -229,13 +285,14 @@ class ModelManager:
         return errors
 
     async def _instance_states(self, plan: ModelApps) -> dict[tuple[str, int], str]:
-        """Why a version's instances failed to load their model (its load error), keyed by version."""
-        from ray import serve
-
+        """Why a version's dedicated instances failed to load their model (its load error), keyed by version
+        (shared hosts report theirs as they take their content)."""
         out: dict[tuple[str, int], str] = {}
         for sv in plan.served:
             reasons = []
             for ref in sv.deployments:
+                if ref.hosted:
+                    continue
                 try:
                     handle = serve.get_deployment_handle(ref.name, ref.app)
                     answers = await handle.broadcast("status").results_async(return_exceptions=True)
@@ -252,15 +309,17 @@ class ModelManager:
 
     async def _remove(self, names: list[str], reason: str) -> None:
         stale: list[str] = []
+        stale_groups: set[str] = set()
         for name in names:
             stale += self._apps.pop(name, [])
+            stale_groups |= self._hosted.pop(name, set())
             self._served.pop(name, None)
             self._sequence.pop(name, None)
             self._failed[name] = reason
             self.control.unloaded(name)
-        await self._publish(stale, unloading=True)
+        await self._publish(stale, stale_groups, unloading=True)
 
-    async def _publish(self, stale: list[str], unloading: bool = False) -> None:
+    async def _publish(self, stale: list[str], stale_groups: set[str] | None = None, unloading: bool = False) -> None:
         """New revision: the router first (so STARTs find new models), then every gateway (each returns
         once it drained what it no longer serves), then the applications nobody uses are deleted."""
         self._revision += 1
@@ -272,9 +331,10 @@ class ModelManager:
         if stale:
             await _prepare_unload(stale)
             await asyncio.to_thread(_delete_apps, stale)
+        if stale_groups:  # the hosts stop them (not waiting for live sequences) and free their memory
+            await self._pools.remove(stale_groups, self.settings.load_timeout_s)
 
     async def _push_to_gateways(self) -> None:
-        from ray import serve
 
         try:
             handle = serve.get_deployment_handle("gateway", self.settings.app_name)
@@ -320,7 +380,6 @@ class ModelManager:
 
     # -- housekeeping -----------------------------------------------------------------------------
     def _own_apps(self) -> list[str]:
-        from ray import serve
 
         prefix = f"{self.settings.app_name}--"
         return [name for name in serve.status().applications if name.startswith(prefix)]
@@ -334,11 +393,28 @@ class ModelManager:
         if self._poller is not None:
             self._poller.cancel()
         apps = [a for names in self._apps.values() for a in names]
+        apps += [self._pools.app_name(pool) for pool in self._pools.deployed.values()]
         if apps:
             try:
                 await asyncio.to_thread(_delete_apps, apps, False)
             except Exception:
                 logger.exception("deleting the model applications failed")
+
+
+def _unplaced(app: Any) -> str:
+    """Why Ray has not placed an application's replicas, from Serve's own account (its deployments' status
+    messages name what each replica asks and what the cluster has available); "" when none is waiting for
+    resources (it may just be slow to start)."""
+    for deployment in getattr(app, "deployments", {}).values():
+        message = str(getattr(deployment, "message", ""))
+        match = _UNSCHEDULED.search(message)
+        if match:
+            return (
+                f"Ray could not place its instances: each asks for {match['required']}, and the cluster has "
+                f"{match['available']} available (more nodes, or smaller instance_group / --instance-cpus asks, "
+                "would let it load)"
+            )
+    return ""
 
 
 def _ready(sv: ServedVersion, failure: str | None = None) -> ServedVersion:
@@ -355,7 +431,6 @@ def _load_error(name: str, reason: str) -> ServeError:
 
 async def _prepare_unload(apps: list[str]) -> None:
     """Tell the instances they are being unloaded: they stop without waiting for live sequences."""
-    from ray import serve
 
     for app in apps:
         try:

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray import serve
@@ -61,6 +62,28 @@ def drain_gateways(settings: ServerSettings) -> None:
         print(f"draining the gateways failed: {exc}", file=sys.stderr, flush=True)
 
 
+def _deploy(app: Any, name: str, stop: threading.Event) -> Any:
+    """``serve.run`` in a thread, so that SIGINT or SIGTERM while models load stops the server at once
+    (the caller shuts Serve and Ray down); the application's handle, or None when stopped first."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            done.append(serve.run(app, name=name, route_prefix=None))
+        except BaseException as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=run, name="serve-run", daemon=True)
+    thread.start()
+    while thread.is_alive() and not stop.wait(0.2):
+        pass
+    if not done:
+        return None
+    if isinstance(done[0], BaseException):
+        raise done[0]
+    return done[0]
+
+
 def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
     """Start (or join) Ray, deploy the server's application, serve until SIGINT/SIGTERM, drain, stop."""
     started_ray = options.address is None
@@ -84,7 +107,10 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
             print(f"error: {exc.message}", file=sys.stderr)
             return 2
         t0 = time.monotonic()
-        handle = serve.run(app, name=settings.app_name, route_prefix=None)
+        handle = _deploy(app, settings.app_name, stop)
+        if handle is None:
+            print("interrupted while starting: shutting down", flush=True)
+            return 130
         for name, version, state, reason in handle.model_states.remote().result():
             suffix = f": {reason}" if reason else ""
             print(f"model '{name}' version {version}: {state}{suffix}", flush=True)

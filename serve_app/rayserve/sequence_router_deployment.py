@@ -7,9 +7,9 @@ of a sequence never touch it, see ``sequence/scheduler.py``).
 
 The model manager tells it which sequence models are loaded (``set_models``;
 a reload brings a new generation, whose instances replace the old ones).
-It finds their replicas with a Serve broadcast (every second
-until each model has its replicas, then every few seconds) and keeps one
-long poll open to each: freed slots come back on it, and a poll that breaks
+It finds their instances with a Serve broadcast to the deployments that hold
+them (every second until each model has all its instances, then every few
+seconds) and keeps one long poll open to each: freed slots come back on it, and a poll that breaks
 means the instance is gone, so its sequences are marked lost at once, or,
 when their state is backed up (gateways pass each answered step's state on
 here), restored in free slots of other instances.  If this
@@ -45,7 +45,7 @@ class SequenceModelSpec:
     key: str  # "<name>:<version>"
     name: str
     slots_per_instance: int
-    deployments: tuple[tuple[str, str, int], ...]  # (Serve application, deployment name, replicas)
+    deployments: tuple[tuple[str, str, int], ...]  # (Serve application, deployment name, instances)
     generation: int = 0
 
 
@@ -144,23 +144,24 @@ class SequenceRouterDeployment:
 
     async def _discover(self, model: SequenceModelSpec) -> bool:
         found = 0
-        for app, name, replicas in model.deployments:
+        for app, name, _ in model.deployments:
             handle = self._handles.get((app, name))
             if handle is None or self._models.get(model.key) is not model:
                 return True  # unloaded meanwhile
-            answers = await handle.broadcast("sequence_address").results_async(return_exceptions=True)
+            answers = await handle.broadcast("targets", model.key, model.generation, True).results_async(
+                return_exceptions=True
+            )
             for answer in answers:
-                if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+                if not isinstance(answer, list):
                     continue
-                instance, host, port = answer
-                found += 1
-                if instance not in self._watched and self._models.get(model.key) is model:
-                    task = asyncio.get_running_loop().create_task(self._watch(model.key, instance, (host, int(port))))
-                    self._watched[instance] = task
-                    self._owner[instance] = model.key
-            if len(answers) < replicas:
-                found = -1
-        return found >= sum(r for _, _, r in model.deployments)
+                for instance, host, port in answer:
+                    found += 1
+                    if instance not in self._watched and self._models.get(model.key) is model:
+                        address = (str(host), int(port))
+                        task = asyncio.get_running_loop().create_task(self._watch(model.key, instance, address))
+                        self._watched[instance] = task
+                        self._owner[instance] = model.key
+        return found >= sum(n for _, _, n in model.deployments)
 
     async def _watch(self, key: str, instance: str, address: tuple[str, int]) -> None:
         client = ChannelClient(address)
@@ -168,7 +169,9 @@ class SequenceRouterDeployment:
         reason = "its model instance stopped answering"
         try:
             await client.connect(self._token)
-            events: InstanceEvents = await asyncio.wait_for(client.call(PollEvents(snapshot=True)), POLL_TIMEOUT_S)
+            events: InstanceEvents = await asyncio.wait_for(
+                client.call(PollEvents(snapshot=True, instance=instance)), POLL_TIMEOUT_S
+            )
             if events.instance != instance:
                 # A dead replica's address, still listed by Serve, now used by another process: not that instance.
                 logger.warning("model %s: %s:%d answers as %s, not %s", key, *address, events.instance, instance)
@@ -180,7 +183,9 @@ class SequenceRouterDeployment:
             logger.info("model %s: sequence instance %s at %s:%d", key, instance, *address)
             self._send_restores(key)
             while True:
-                events = await asyncio.wait_for(client.call(PollEvents(wait_s=POLL_WAIT_S)), POLL_TIMEOUT_S)
+                events = await asyncio.wait_for(
+                    client.call(PollEvents(wait_s=POLL_WAIT_S, instance=instance)), POLL_TIMEOUT_S
+                )
                 self.core.released(key, events, time.monotonic_ns())
                 self.core.assigner(key).set_draining(instance, events.draining)
                 self._send_restores(key)
@@ -214,7 +219,7 @@ class SequenceRouterDeployment:
         record = self.core.backup_of(key, restore.corr_id)  # may be newer than when the slot was given
         states, no = (record.states, record.no) if record is not None else (restore.states, restore.no)
         if client is not None:
-            message = RestoreSequence(target.slot, restore.corr_id, target.slot_token, states, no)
+            message = RestoreSequence(target.slot, restore.corr_id, target.slot_token, states, no, target.instance)
             try:
                 ok = bool(await asyncio.wait_for(client.call(message), POLL_TIMEOUT_S))
                 reason = "its new instance refused it"

@@ -43,6 +43,7 @@ class SequenceStep:
     outputs: tuple[str, ...]  # what the client wants back (state outputs are added by the instance)
     batch_size: int  # 1, or 0 when the model does not batch
     step_id: int = 0  # drawn by the gateway: tells, after a crash, whether the state backed up includes this step
+    instance: str = ""  # the instance that holds the sequence (a host holds several)
 
 
 @dataclass(slots=True)
@@ -82,6 +83,7 @@ class PollEvents:
 
     snapshot: bool = False
     wait_s: float = 1.0
+    instance: str = ""  # the instance asked (a host holds several)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,7 @@ class RestoreSequence:
     slot_token: int
     states: dict[str, np.ndarray]
     no: int = 0  # the steps the sequence has run: the next backup is numbered after them
+    instance: str = ""  # the instance that takes it (a host holds several)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,7 @@ class SequenceScheduler:
             if previous is not None:
                 await asyncio.shield(previous)
             place = await self._place(corr, flags.start)
-            step.slot, step.slot_token = place.slot, place.slot_token
+            step.slot, step.slot_token, step.instance = place.slot, place.slot_token, place.instance
             try:
                 pending: asyncio.Future[StepResult] | Unavailable = await self._port.dispatch(place, step)
             except Unavailable as exc:
@@ -207,7 +207,7 @@ class SequenceScheduler:
         return place
 
     async def _dispatch(self, place: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
-        step.slot, step.slot_token = place.slot, place.slot_token
+        step.slot, step.slot_token, step.instance = place.slot, place.slot_token, place.instance
         try:
             return await self._port.dispatch(place, step)
         except Unavailable as exc:

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class DeploymentRef:
-    """One Serve deployment running instances of a model version (one instance group)."""
+    """One Serve deployment running instances of a model version (one instance group): a dedicated
+    deployment, or the pool of shared hosts that holds them."""
 
     app: str  # Serve application holding it (one per deployment and load generation)
     name: str  # deployment name
-    replicas: int  # replicas it starts with (autoscaling may change the count)
+    replicas: int  # instances it starts with (autoscaling may change the count)
     autoscaled: bool = False
+    hosted: bool = False  # a pool of shared hosts (each holds instances of many models), not one replica each
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ def settings_for(repo: pathlib.Path, app: str) -> ServerSettings:
         grpc_port=free_port(),
         metrics_port=free_port(),
         instance_cpus=0.1,
+        shared_hosts=False,  # each instance a replica: placement() reports each one (hosts: test_host_pools.py)
         app_name=app,
         gpu_resource_prefix=GPU_RESOURCE_PREFIX,
         keep_failed_instances=True,  # GPU instances fail to load here (no CUDA): placement is what we look at

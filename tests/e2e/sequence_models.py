@@ -111,6 +111,8 @@ def _save(
 
 
 NO_BACKUP = 'parameters { key: "sequence_state_backup" value: { string_value: "false" } }\n'
+# The replica-kill tests kill one instance's process: each of these models' instances gets its own.
+DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'
 
 ACCUM_IO = (
     'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
@@ -259,5 +261,5 @@ def build_all(repo: pathlib.Path) -> None:
     control_echo(repo, "seq_ctl32", corrid_type="TYPE_INT32", instances=1, idle_us=10_000_000)
     accumulator(repo, "seq_idle", max_batch_size=0, instances=1, idle_us=1_000_000)
     oldest_accumulator(repo)
-    accumulator(repo, "seq_kill", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=NO_BACKUP)
-    accumulator(repo, "seq_survive", max_batch_size=2, instances=2, idle_us=30_000_000)
+    accumulator(repo, "seq_kill", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=NO_BACKUP + DEDICATED)
+    accumulator(repo, "seq_survive", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=DEDICATED)

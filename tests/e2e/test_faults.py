@@ -17,6 +17,8 @@ from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.models import slow_identity
 from tests.support import example_models, faults as fi, soak as soak_lib
 
+# The fault tests kill one instance's process: each instance of these models gets its own.
+DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'
 MODEL = "fault_add"  # add_sub with two instances
 DEPLOYMENT = f"{MODEL}.v1.g0"
 SLOW = "overload_slow"  # tens of ms per execution, whatever the batch
@@ -27,7 +29,9 @@ SERVER_ERRORS = {"500", "StatusCode.INTERNAL", "StatusCode.UNKNOWN"}
 @pytest.fixture(scope="module")
 def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("fault_repo")
-    example_models.add_sub(repo, name=MODEL, extra_config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
+    example_models.add_sub(
+        repo, name=MODEL, extra_config="instance_group [ { kind: KIND_CPU count: 2 } ]\n" + DEDICATED
+    )
     slow_identity(repo, SLOW, "dynamic_batching { }\n", matmuls=8)
     extra = ["--model-control-mode", "explicit", "--load-model", "*", "--instance-timeout-s", "3",
              "--max-queue-size", str(QUEUE)]  # fmt: skip

@@ -48,7 +48,9 @@ def build_repository(repo: pathlib.Path) -> None:
     accumulator(repo, ACCUM, max_batch_size=8, instances=2, idle_us=10_000_000)
 
 
-def accumulator(repo: pathlib.Path, name: str, *, max_batch_size: int, instances: int, idle_us: int) -> None:
+def accumulator(
+    repo: pathlib.Path, name: str, *, max_batch_size: int, instances: int, idle_us: int, parameters: str = ""
+) -> None:
     """OUTPUT = OUTPUT_STATE = INPUT_STATE + INPUT: the running sum (from tests/e2e/sequence_models.py)."""
     import onnx
     from onnx import TensorProto, helper
@@ -80,7 +82,7 @@ def accumulator(repo: pathlib.Path, name: str, *, max_batch_size: int, instances
         '            initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]\n'
         "}\n"
         f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
-        'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+        'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n' + parameters
     )
 
 

@@ -1,0 +1,122 @@
+"""The instances of one process, by id: what they run, and what the channel carries to them.
+
+A shared host follows its *content*, the instance groups the model manager
+wants in every host of its pool (:meth:`InstanceHost.apply`): groups it lacks
+are loaded (their instances in parallel, each on its own thread), groups no
+longer wanted are stopped and closed.  Every host of a pool holds the same
+content, so a host Serve replaces loads the same groups again.  Gateways send
+:class:`ExecuteOn` batches, and the sequence router its polls and restores,
+naming the instance; a message for an instance that is not here (it was
+unloaded, or its host restarted) is answered as a stopping instance would:
+``Draining`` for a batch (it never ran, so it may go elsewhere), "not here"
+for a sequence step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from serve_app.errors import Draining, Unavailable
+from serve_app.hosting.instance import HostedInstance
+from serve_app.hosting.messages import ExecuteOn, InstanceLoad
+from serve_app.keys import ModelKey
+from serve_app.sequence.messages import PollEvents, RestoreSequence, SequenceStep, StepResult
+
+STOP_WAIT_S = 27.0  # a group's instances may finish their work this long when it is removed
+
+
+class InstanceHost:
+    def __init__(self, host_id: str, gpu_ids: tuple[int, ...] = ()) -> None:
+        """``host_id``: unique across the cluster (instance ids start with it); ``gpu_ids``: the devices this
+        process sees, for GPU instances."""
+        self.host_id = host_id
+        self.gpu_ids = gpu_ids
+        self._instances: dict[str, HostedInstance] = {}
+        self._groups: dict[str, tuple[InstanceLoad, list[HostedInstance], str]] = {}  # group id -> (load, them, error)
+        self._lock = asyncio.Lock()
+
+    # -- content -----------------------------------------------------------------------
+    @staticmethod
+    def group_id(load: InstanceLoad) -> str:
+        return load.instance_key(0).rsplit(".", 1)[0]
+
+    async def apply(self, loads: list[InstanceLoad]) -> dict[str, str]:
+        """Host exactly ``loads``: load what is missing, stop and close what is no longer wanted.  Returns
+        each wanted group's load error ("" when its instances loaded)."""
+        async with self._lock:
+            wanted = {self.group_id(load): load for load in loads}
+            gone = [g for g in self._groups if g not in wanted]
+            await asyncio.gather(*(self._remove(g, unloading=True) for g in gone))
+            new = [load for g, load in wanted.items() if g not in self._groups]
+            await asyncio.gather(*(self._add(load) for load in new))
+            return {g: self._groups[g][2] for g in wanted}
+
+    async def _add(self, load: InstanceLoad) -> None:
+        them = [
+            HostedInstance(load, f"{self.host_id}/{load.instance_key(n)}", load.spec.instance_name(n), self.gpu_ids)
+            for n in range(load.count)
+        ]
+        await asyncio.gather(*(i.start() for i in them))
+        errors = [i.load_error for i in them if i.instance is None]
+        self._groups[self.group_id(load)] = (load, them, errors[0] if errors else "")
+        for i in them:
+            self._instances[i.id] = i
+
+    async def _remove(self, group: str, *, unloading: bool) -> None:
+        _, them, _ = self._groups.pop(group)
+        for i in them:
+            i.unloading = unloading
+        deadline = time.monotonic() + STOP_WAIT_S
+        await asyncio.gather(*(i.stop(deadline) for i in them))
+        for i in them:
+            self._instances.pop(i.id, None)
+            i.close()
+
+    def adopt(self, instance: HostedInstance) -> None:
+        """Host an instance made elsewhere (a dedicated replica's one instance)."""
+        self._instances[instance.id] = instance
+
+    # -- lookups -----------------------------------------------------------------------
+    def instances(self) -> list[HostedInstance]:
+        return list(self._instances.values())
+
+    def of(self, key: ModelKey) -> list[HostedInstance]:
+        """The instances of one load of one model version."""
+        return [i for i in self._instances.values() if i.key == key]
+
+    def get(self, instance_id: str) -> HostedInstance | None:
+        return self._instances.get(instance_id)
+
+    # -- the channel ---------------------------------------------------------------------
+    async def on_channel(self, message: object) -> object:
+        """Batches, sequence steps, and the router's polls and restores, each for the instance it names."""
+        if isinstance(message, ExecuteOn):
+            instance = self._instances.get(message.instance)
+            if instance is None:
+                raise Draining(f"instance {message.instance} is not hosted here (unloaded, or its host restarted)")
+            return await instance.execute(message.executions)
+        if isinstance(message, SequenceStep):
+            instance = self._instances.get(message.instance)
+            if instance is None:
+                return StepResult(not_here=True)
+            return await instance.step(message)
+        if isinstance(message, PollEvents):
+            instance = self._instances.get(message.instance)
+            if instance is None:
+                raise Unavailable(f"instance {message.instance} is not hosted here")
+            return await instance.poll(message)
+        if isinstance(message, RestoreSequence):
+            instance = self._instances.get(message.instance)
+            return instance is not None and instance.restore(message)
+        raise TypeError(f"unexpected channel message {type(message).__name__}")
+
+    # -- stopping ------------------------------------------------------------------------
+    async def stop(self, *, unloading: bool) -> None:
+        """The process is going away: every instance finishes what it can (bounded), then closes."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        for i in self._instances.values():
+            i.unloading = i.unloading or unloading
+        await asyncio.gather(*(i.stop(deadline) for i in self._instances.values()))
+        for i in self._instances.values():
+            i.close()

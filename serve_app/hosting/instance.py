@@ -1,0 +1,181 @@
+"""One model instance in a host: its backend on its own thread, its load meter, its sequence batcher.
+
+A load error is kept, not raised: the instance answers every request with
+UNAVAILABLE and the reason, so one bad model never fails its host.  An
+instance that is stopping refuses new batches with ``Draining`` (gateways send
+them to another instance), finishes those in progress and, when only scaled
+down, lets its live sequences end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from serve_app.autoscale import LoadMeter
+from serve_app.backends import BackendContext
+from serve_app.config.state_backup import state_backup_enabled
+from serve_app.errors import Draining, Unavailable, as_serve_error
+from serve_app.hosting.messages import InstanceLoad
+from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.protos import model_config_pb2 as mc
+from serve_app.runtime import ModelInstance
+from serve_app.sequence.instance import SequenceInstance
+from serve_app.sequence.messages import InstanceEvents, PollEvents, RestoreSequence, SequenceStep, StepResult
+
+# Serve configures and forwards the "ray.serve" logger of its replicas (where hosts and instances run).
+logger = logging.getLogger("ray.serve")
+
+Figures = list[tuple[int, int, int, int]]  # warmup executions: (batch size, compute input/infer/output ns)
+
+
+class HostedInstance:
+    def __init__(self, load: InstanceLoad, instance_id: str, name: str, gpu_ids: tuple[int, ...] = ()) -> None:
+        """``instance_id``: unique across the cluster; ``name``: Triton's ``<group name>_<n>``."""
+        self.load = load
+        self.id = instance_id
+        self.name = name
+        self.key = load.key
+        self.config = mc.ModelConfig.FromString(load.config_bytes)
+        self.ctx = BackendContext(
+            model_name=load.key.name,
+            version=load.key.version,
+            config=self.config,
+            model_file=Path(load.model_file),
+            device_kind=load.kind,
+            gpu_ids=gpu_ids,
+            instance_group=load.spec.group_index,
+        )
+        # One execution at a time per instance, off the event loop (Triton: one thread per instance).
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{load.key.name}-exec")
+        self.meter = LoadMeter(window_s=1.0)  # what autoscaling reads (record_autoscaling_stats)
+        self.instance: ModelInstance | None = None
+        self.load_error = ""
+        self.sequence: SequenceInstance | None = None
+        self.warmup_figures: Figures = []
+        self._calls = 0  # batch calls in progress
+        self.stopping = False  # take no new batches
+        self.unloading = False  # the model is unloaded: don't wait for live sequences
+
+    # -- loading -------------------------------------------------------------------------
+    async def start(self) -> bool:
+        """Load the model and run its warmup on the instance's own thread; False (and ``load_error``) if
+        that failed."""
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._load)
+        self._attach_sequence()
+        return self.instance is not None
+
+    def start_blocking(self) -> bool:
+        """:meth:`start` from a constructor that can't await."""
+        self._thread.submit(self._load).result()
+        self._attach_sequence()
+        return self.instance is not None
+
+    def _load(self) -> None:
+        try:
+            instance = ModelInstance(self.ctx)
+            # Triton warms every instance up before it is ready, on the thread that runs its executions; a
+            # failing sample fails the load (the model is UNAVAILABLE with that reason).
+            try:
+                warmup = instance.warm_up()
+            except BaseException:
+                instance.close()
+                raise
+            self.instance = instance
+            self.warmup_figures = warmup.figures()
+            if warmup.samples or warmup.skipped:
+                logger.info(warmup.describe(self.key.name, self.key.version))
+        except Exception as exc:
+            self.instance = None
+            self.load_error = as_serve_error(exc).message
+
+    def _attach_sequence(self) -> None:
+        if self.instance is None or not self.config.HasField("sequence_batching"):
+            return
+        self.sequence = SequenceInstance(
+            self.config,
+            self.ctx.model_file.parent.parent,
+            self._run_one,
+            instance_id=self.id,
+            backup=state_backup_enabled(self.config),
+        )
+
+    def _failed(self) -> Unavailable:
+        return Unavailable(f"model '{self.key.name}' version {self.key.version} failed to load: {self.load_error}")
+
+    # -- work ------------------------------------------------------------------------------
+    async def execute(self, executions: list[Execution]) -> list[ExecutionResult]:
+        """Run the executions one call carries, in order, on this instance."""
+        if self.instance is None:
+            err = self._failed()
+            return [ExecutionResult(error=err) for _ in executions]
+        if self.stopping:
+            raise Draining(f"model '{self.key.name}' version {self.key.version}: this instance is stopping")
+        loop = asyncio.get_running_loop()
+        self._calls += 1
+        try:
+            return await loop.run_in_executor(self._thread, self._run_all, executions, time.perf_counter_ns())
+        finally:
+            self._calls -= 1
+
+    def _run_all(self, executions: list[Execution], arrived_ns: int) -> list[ExecutionResult]:
+        assert self.instance is not None
+        for e in executions:
+            self.meter.queued(e.queue_ns / 1000)
+        self.meter.begin()
+        try:
+            return self.instance.run_all(executions, arrived_ns)
+        finally:
+            self.meter.end()
+
+    def _run_step(self, execution: Execution) -> ExecutionResult:
+        assert self.instance is not None
+        self.meter.begin()
+        try:
+            return self.instance.run(execution)
+        finally:
+            self.meter.end()
+
+    async def _run_one(self, execution: Execution) -> ExecutionResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._run_step, execution)
+
+    async def step(self, step: SequenceStep) -> StepResult:
+        if self.sequence is None:
+            return StepResult(error=self._failed())
+        return await self.sequence.step(step)
+
+    async def poll(self, request: PollEvents) -> InstanceEvents:
+        if self.sequence is None:
+            raise Unavailable(f"model '{self.key.name}' version {self.key.version} has no sequence batcher here")
+        return await self.sequence.poll(request)
+
+    def restore(self, message: RestoreSequence) -> bool:
+        return self.sequence is not None and not self.stopping and self.sequence.restore(message)
+
+    def metrics(self) -> dict[str, float]:
+        """This instance's load, for its model's autoscaling policy (Serve can't see channel traffic)."""
+        if self.sequence is not None:
+            self.meter.set_slots(self.sequence.live_sequences(), self.sequence.slots)
+        return self.meter.metrics()
+
+    # -- stopping --------------------------------------------------------------------------
+    async def stop(self, deadline: float) -> None:
+        """Finish the batches in progress and, unless unloading, let live sequences end (until
+        ``deadline``, a ``time.monotonic()`` reading); new batches are refused from now on."""
+        self.stopping = True
+        if self.sequence is not None:
+            self.sequence.drain()
+        while self._calls and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.sequence is not None and not self.unloading:
+            while self.sequence.live_sequences() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+
+    def close(self) -> None:
+        if self.instance is not None:
+            self.instance.close()
+        self._thread.shutdown(wait=False)

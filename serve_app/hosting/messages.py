@@ -1,0 +1,40 @@
+"""What a host is asked to load, and how a batch names the instance that runs it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from serve_app.inference.execution import Execution
+from serve_app.keys import ModelKey
+from serve_app.placement import InstanceSpec
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLoad:
+    """One instance group of one model version (one load of it): ``count`` instances in each host.
+
+    Plain data: it crosses from the model manager to the hosts as one pickle.
+    """
+
+    key: ModelKey
+    config_bytes: bytes
+    model_file: str
+    kind: str  # KIND_CPU | KIND_GPU | KIND_MODEL
+    spec: InstanceSpec = field(default_factory=lambda: InstanceSpec(""))
+    count: int = 1
+
+    @property
+    def group(self) -> int:
+        return self.spec.group_index or 0
+
+    def instance_key(self, number: int) -> str:
+        """``<name>:<version>.<generation>.<group>.<number>``: one instance, the same in every host."""
+        return f"{self.key.label}.{self.key.generation}.{self.group}.{number}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteOn:
+    """Gateway to host: run ``executions`` (in order) on instance ``instance``."""
+
+    instance: str
+    executions: list[Execution]
