@@ -25,7 +25,8 @@ from typing import Any
 from ray import serve
 
 from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override_file
-from serve_app.config.ensemble_deps import ensemble_problems
+from serve_app.config import ENSEMBLE_PLATFORM
+from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.placement import ClusterGpus
@@ -191,6 +192,7 @@ class ModelManager:
                 kept[(sv.name, sv.version)] = bad
             elif bad:
                 failures.setdefault(sv.name, bad)
+        self._fail_ensembles_of(requested, failures)
         stale: list[str] = list(failed_pools)
         stale_groups: set[str] = set()
         for name, source in requested.items():
@@ -214,6 +216,20 @@ class ModelManager:
             self.control.loaded(name, source)
         await self._publish(stale, stale_groups)
         return failures
+
+    def _fail_ensembles_of(self, requested: dict[str, ModelSource], failures: dict[str, str]) -> None:
+        """An ensemble loaded with a step that failed (and has no version serving) fails too (in place)."""
+        changed = True
+        while changed:
+            changed = False
+            for name, source in requested.items():
+                if name in failures or source.config.platform != ENSEMBLE_PLATFORM:
+                    continue
+                for step in composing_models(source.config):
+                    if step in failures and step not in self._served:
+                        failures[name] = f"its step model '{step}' failed to load: {failures[step]}"
+                        changed = True
+                        break
 
     def _checked(
         self, sources: dict[str, ModelSource]

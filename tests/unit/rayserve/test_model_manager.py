@@ -202,7 +202,6 @@ STEP_FAILURES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="a step that fails in the same deploy does not fail the ensemble")
 @pytest.mark.parametrize("cause", sorted(STEP_FAILURES))
 async def test_an_ensemble_whose_step_fails_to_load_fails_too(tmp_path: pathlib.Path, cause: str) -> None:
     example_models.add_sub(tmp_path, dims=DIMS, extra_config=STEP_FAILURES[cause])
