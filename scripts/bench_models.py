@@ -38,7 +38,7 @@ class Result:
     ready_s: float | None
     answered: int
     rss_kib: int
-    groups: dict[str, tuple[int, int]]
+    groups: dict[str, tuple[int, int]]  # process group -> (processes, resident KiB)
     note: str = ""
 
 
@@ -103,7 +103,7 @@ def run(count: int, large: int, timeout_s: float, extra: list[str], keep: pathli
                     answered = sum(pool.map(lambda m: answers(http, m), names))
                 ready_s = time.monotonic() - t0  # ready, and every model answered
             groups = rss_by_group(session_processes(proc.pid))
-            rss = sum(kib for kib, _ in groups.values())
+            rss = sum(kib for _, kib in groups.values())
             note = "" if ready_s is not None else f"not ready after {timeout_s:.0f} s"
             if proc.poll() is not None and ready_s is None:
                 note = f"server exited ({proc.returncode})"
@@ -133,9 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         r = run(n, args.large, args.timeout_s, args.server_arg, args.keep_logs)
         results.append(r)
         ready = f"{r.ready_s:.1f} s" if r.ready_s is not None else "never"
-        top = ", ".join(
-            f"{short(g)} {mib(kib):.0f}" for g, (kib, _) in sorted(r.groups.items(), key=lambda x: -x[1][0])[:4]
-        )
+        biggest = sorted(r.groups.items(), key=lambda item: -item[1][1])[:5]  # group -> (processes, KiB)
+        top = ", ".join(f"{short(g)} {mib(kib):.0f}" for g, (_, kib) in biggest)
         print(f"{r.models:>4} models: ready {ready}, {r.answered}/{r.models} answered, "
               f"{mib(r.rss_kib):,.0f} MiB resident ({top}) {r.note}", flush=True)  # fmt: skip
     print("\n| models | ready after (every model answered) | server + Ray resident memory | note |")

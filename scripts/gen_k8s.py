@@ -34,8 +34,9 @@ GATEWAY_RESOURCE = "serve_app_gateway"
 K8S_ARGS: dict[str, Any] = {
     # The repository inside the pods, not the local example path.
     "model_repository": MODEL_REPOSITORY,
-    # configs/ shares two local cores among four example models (0.25 each); on the cluster each
-    # instance reserves one logical CPU of its GPU pod (ServerSettings' default).  Tune per model set.
+    # The gateway pods declare no CPUs for models (num-cpus 0): CPU instances go to shared hosts on the
+    # worker pods, each reserving one logical CPU there.  Tune per model set.
+    "cpu_instances_in_gateway": False,
     "instance_cpus": 1.0,
     # GPU pods join after the head, and KubeRay builds the app as soon as the head is ready: wait for them.
     "wait_for_gpus": 1,

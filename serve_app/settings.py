@@ -42,6 +42,13 @@ class ServerSettings:
         "Ray: a token amount by default, so that instances land where CPUs are and share them, as Triton's do; "
         "raise it to reserve cores",
     )
+    cpu_instances_in_gateway: bool = setting(
+        True,
+        "shared KIND_CPU instances live in the gateway processes themselves, as a Triton server serves and runs "
+        "its models in one process: no hop between front end and instance (each gateway holds `count` of each "
+        "group); off: in a host process of their own on each node (clusters whose gateways run on nodes kept "
+        "free of models, as the KubeRay manifests do)",
+    )
     shared_hosts: bool = setting(
         True,
         "model instances are threads of shared host processes (one per node for CPU instances, one per GPU), as "

@@ -4,7 +4,9 @@ Triton runs a server's instances as threads of one process; serve_app does
 the same per node and device with *host pools*, one Serve deployment each:
 
 * ``cpu``: one host on every node with CPUs; a ``KIND_CPU`` group puts
-  ``count`` instances in each (as ``count`` instances on every Triton server);
+  ``count`` instances in each (as ``count`` instances on every Triton server).
+  By default the gateways are these hosts: a gateway runs its instances
+  itself, as a Triton server serves and runs models in one process;
 * ``gpu<i>``: with per-GPU resources declared, one host per node that has
   GPU ``i``, holding every group's instances on that GPU (``count`` per GPU,
   as in Triton), all in one process: one CUDA context per GPU;
@@ -37,14 +39,22 @@ class HostPool:
     device: int | None = None  # the GPU index every host of the pool uses, when pinned
     resources: tuple[tuple[str, float], ...] = ()
     max_per_node: int = 0  # Serve's max_replicas_per_node (0 = no limit)
+    # Hosts that are another deployment's replicas (the gateways holding CPU instances): its name and app.
+    in_deployment: tuple[str, str] | None = None
 
     @property
     def deployment(self) -> str:
-        return f"host-{self.name}"
+        return self.in_deployment[0] if self.in_deployment else f"host-{self.name}"
 
 
-def host_pool(group: ReplicaGroup, cluster: ClusterGpus, cpus: float) -> HostPool:
-    """The pool whose hosts hold ``group``'s instances, ``group.count`` in each host."""
+def host_pool(
+    group: ReplicaGroup, cluster: ClusterGpus, cpus: float, gateways: tuple[str, str, int] | None = None
+) -> HostPool:
+    """The pool whose hosts hold ``group``'s instances, ``group.count`` in each host.  ``gateways``: (deployment,
+    application, replicas) of the gateways when they hold the CPU instances themselves."""
+    if group.kind == KIND_CPU and gateways is not None:
+        deployment, app, replicas = gateways
+        return HostPool("cpu", KIND_CPU, replicas, 0.0, in_deployment=(deployment, app))
     if group.kind == KIND_CPU:
         return HostPool("cpu", KIND_CPU, cluster.cpu_nodes, cpus, max_per_node=1)
     if group.kind == KIND_MODEL:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from serve_app.errors import Draining, InternalError, Unavailable
+from serve_app.hosting import HostedInstance, InstanceHost
 from serve_app.hosting.messages import ExecuteOn
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.keys import ModelKey
@@ -51,15 +52,24 @@ MAX_DRAINING_RETRIES = 4
 
 @dataclass(slots=True, eq=False)
 class _Target:
-    """One instance the gateway can send batches to: its id and the connection to its process."""
+    """One instance the gateway can send batches to: its id and the connection to its process, or the
+    instance itself when this gateway holds it."""
 
     instance: str
-    client: ChannelClient
+    client: ChannelClient | None = None
+    local: HostedInstance | None = None
     inflight: int = 0
 
     @property
     def closed(self) -> bool:
-        return self.client.closed
+        return self.client is not None and self.client.closed
+
+    def call(self, executions: list[Execution]) -> Awaitable[list[ExecutionResult]]:
+        if self.local is not None:
+            return self.local.execute(executions)
+        assert self.client is not None
+        result: Awaitable[list[ExecutionResult]] = self.client.call(ExecuteOn(self.instance, executions))
+        return result
 
 
 class _Group:
@@ -67,9 +77,17 @@ class _Group:
     replica per instance) or a pool of shared hosts; and the instances of the version it holds."""
 
     def __init__(
-        self, name: str, handle: Any, replicas: int, key: ModelKey, autoscaled: bool = False, hosted: bool = False
+        self,
+        name: str,
+        handle: Any,
+        replicas: int,
+        key: ModelKey,
+        autoscaled: bool = False,
+        hosted: bool = False,
+        app: str = "",
     ) -> None:
         self.name = name
+        self.app = app
         self.handle = handle
         self.key = key
         self.replicas = max(1, replicas)  # the instances it starts with (until they are known)
@@ -89,9 +107,12 @@ class _Group:
         return open_targets if (self.autoscaled or self.hosted) and open_targets else self.replicas
 
     def pick(self) -> _Target | None:
+        """The least busy instance (this process's own first, on a tie: no hop)."""
         best: _Target | None = None
         for t in self.targets.values():
-            if not t.closed and (best is None or t.inflight < best.inflight):
+            if t.closed or (best is not None and t.inflight > best.inflight):
+                continue
+            if best is None or t.inflight < best.inflight or (t.local is not None and best.local is None):
                 best = t
         return best
 
@@ -109,9 +130,14 @@ class RayModelExecutor:
         router: Any = None,
         on_capacity: Callable[[ModelKey, int], None] | None = None,
         call_timeout_s: float = 0.0,
+        local: InstanceHost | None = None,
     ) -> None:
         """``direct``: batches go over channels (else Serve handles); ``router``: the sequence router's
-        handle; ``on_capacity``: told when a version's instance count changes (autoscaling)."""
+        handle; ``on_capacity``: told when a version's instance count changes (autoscaling); ``local``: the
+        instances this process holds itself (a gateway that hosts CPU instances)."""
+        self._local = local
+        self.own: tuple[str, str] | None = None  # this process's deployment (gateway, app), when it hosts
+        self.started = False  # it runs: a broadcast to its own deployment reaches it
         self._groups: dict[ModelKey, list[_Group]] = {}
         self._per_instance = max(1, inflight_per_instance)
         self._token = channel_token if direct else b""
@@ -136,7 +162,7 @@ class RayModelExecutor:
         from ray import serve
 
         groups = [
-            _Group(r.name, serve.get_deployment_handle(r.name, r.app), r.replicas, key, r.autoscaled, r.hosted)
+            _Group(r.name, serve.get_deployment_handle(r.name, r.app), r.replicas, key, r.autoscaled, r.hosted, r.app)
             for r in refs
         ]
         self._groups[key] = groups
@@ -148,9 +174,11 @@ class RayModelExecutor:
     def remove_version(self, key: ModelKey) -> None:
         self._groups.pop(key, None)  # the connections are shared (the pool's): other versions may use them
 
-    def handles(self, key: ModelKey) -> list[Any]:
-        """The deployments holding the version's instances, each once (its groups may share a host pool)."""
-        return list({g.name: g.handle for g in self._groups.get(key, ())}.values())
+    def handles(self, key: ModelKey, skip: tuple[str, str] | None = None) -> list[Any]:
+        """The deployments holding the version's instances, each once (its groups may share a host pool);
+        ``skip``: a (deployment, application) to leave out."""
+        groups = [g for g in self._groups.get(key, ()) if (g.name, g.app) != skip]
+        return list({g.name: g.handle for g in groups}.values())
 
     def instances(self, key: ModelKey) -> int:
         """Instances of the version this gateway can reach now (channels; the planned count without)."""
@@ -170,8 +198,7 @@ class RayModelExecutor:
                 break
             target.inflight += 1
             try:
-                call = target.client.call(ExecuteOn(target.instance, executions))
-                result: list[ExecutionResult] = await asyncio.wait_for(call, self._call_timeout)
+                result: list[ExecutionResult] = await asyncio.wait_for(target.call(executions), self._call_timeout)
                 return result
             except asyncio.TimeoutError:
                 # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
@@ -234,17 +261,25 @@ class RayModelExecutor:
         the instances it holds), and connect to their processes."""
         try:
             group.refreshed_at = time.monotonic()
-            answers = await group.handle.broadcast("targets", group.key.label, group.key.generation).results_async(
-                return_exceptions=True
-            )
+            answers: list[Any] = []
+            if (group.name, group.app) != self.own or self.started:  # no broadcast to itself while starting
+                try:
+                    call = group.handle.broadcast("targets", group.key.label, group.key.generation)
+                    answers = await call.results_async(return_exceptions=True)
+                except Exception as exc:  # none running (yet): the next refresh asks again
+                    logger.info("no instances of %s found in %s yet: %s", group.key.label, group.name, exc)
             found: dict[str, tuple[str, int]] = {}
             for answer in answers:
                 if isinstance(answer, list):
                     for instance, host, port in answer:
                         found[str(instance)] = (str(host), int(port))
+            local = {i.id: i for i in self._local.of(group.key)} if self._local is not None else {}
             for instance, target in list(group.targets.items()):
-                if target.closed or instance not in found:
+                if target.closed or (instance not in found and instance not in local):
                     del group.targets[instance]
+            for instance, held in local.items():  # held in this process: called directly, no hop
+                if instance not in group.targets:
+                    group.targets[instance] = _Target(instance, local=held)
             for instance, address in found.items():
                 if instance in group.targets:
                     continue
@@ -253,7 +288,7 @@ class RayModelExecutor:
                 except ChannelBroken as exc:
                     logger.warning("no channel to %s instance %s at %s: %s", group.name, instance, address, exc)
                     continue
-                group.targets[instance] = _Target(instance, client)
+                group.targets[instance] = _Target(instance, client=client)
         finally:
             group.refreshed_at = time.monotonic()
             group.refreshing = None

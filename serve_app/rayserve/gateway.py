@@ -21,9 +21,13 @@ import time
 from typing import Any
 
 from serve_app.front_ends import start_front_ends
+from serve_app.hosting import InstanceLoad
 from serve_app.keys import ModelKey
+from serve_app.placement import KIND_CPU, HostPool
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
+from serve_app.rayserve.model_apps import gateway_pool
+from serve_app.rayserve.pool_host import PoolHost
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
 from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
@@ -40,6 +44,14 @@ class Gateway:
         self.settings = settings
         self.registry = ModelRegistry()
         self._manager = manager
+        # The node's shared CPU instances live here when the gateways hold them (no hop to them).
+        self.hosting: PoolHost | None = None
+        if settings.cpu_instances_in_gateway and settings.shared_hosts and settings.direct_channel:
+            gateways = gateway_pool(settings)
+            assert gateways is not None
+            pool = HostPool("cpu", KIND_CPU, gateways[2], 0.0, in_deployment=(gateways[0], gateways[1]))
+            self.hosting = PoolHost(pool, manager, devices=False)
+            await self.hosting.start(token)
         self.executor = RayModelExecutor(
             inflight_per_instance=settings.max_inflight_per_instance,
             channel_token=token,
@@ -47,7 +59,9 @@ class Gateway:
             router=router,
             on_capacity=self._capacity_changed,
             call_timeout_s=settings.instance_timeout_s,
+            local=self.hosting.host if self.hosting is not None else None,
         )
+        self.executor.own = ("gateway", settings.app_name)
         self.service = InferenceService(
             self.registry,
             self.executor,
@@ -56,9 +70,37 @@ class Gateway:
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
         )
         self._apply_lock = asyncio.Lock()
+        if self.hosting is not None:
+            await self._take_content()
         await self.apply_state(await manager.state.remote())
+        if self.hosting is not None:
+            self.hosting.follow()
         self._front = await start_front_ends(self.service, settings)
+        self.executor.started = True
         self._watcher = asyncio.get_running_loop().create_task(self._watch_state())
+
+    async def _take_content(self) -> None:
+        """Load the CPU instances this gateway holds before it serves; the models whose instances failed to
+        load fail (the manager unloads them, as a failed load)."""
+        assert self.hosting is not None
+        revision, loads = await self._manager.hosting.remote(self.hosting.pool.name)
+        statuses = await self.hosting.apply(revision, loads)
+        failed = {group: error for group, error in statuses.items() if error}
+        if failed:
+            await self._manager.hosting_failed.remote(self.hosting.pool.name, failed)
+
+    # -- holding instances (the Serve calls a host pool answers) --------------------------------
+    async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:
+        return await self.hosting.apply(revision, loads) if self.hosting is not None else {}
+
+    async def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int]]:
+        return self.hosting.targets(label, generation, sequences) if self.hosting is not None else []
+
+    async def warmup_figures(self, label: str, generation: int) -> list[tuple[int, int, int, int]]:
+        return self.hosting.warmup_figures(label, generation) if self.hosting is not None else []
+
+    async def placement(self) -> list[dict[str, object]]:
+        return self.hosting.placement() if self.hosting is not None else []
 
     # -- what it serves ----------------------------------------------------------------------
     async def apply_state(self, state: ServingState) -> int:
@@ -72,8 +114,8 @@ class Gateway:
                     await self.executor.add_version(model.key, deployments)
             self.registry.apply(changes)
         added = [model for model, _ in changes.added]
-        if added and await self._first_gateway():
-            await self._count_warmups(added)
+        if added:
+            await self._count_warmups(added, await self._first_gateway())
         await asyncio.gather(*(self._retire(m) for m in changes.retired))
         return self.registry.revision
 
@@ -111,15 +153,18 @@ class Gateway:
         except Exception:
             return False
 
-    async def _count_warmups(self, models: list[ServedModel]) -> None:
-        """Triton counts warmup executions in the statistics: fold in what every instance ran at load."""
+    async def _count_warmups(self, models: list[ServedModel], first: bool) -> None:
+        """Triton counts warmup executions in the statistics: fold in what every instance ran at load.  Each
+        gateway counts those of the instances it holds; the first gateway those of the other processes."""
+        me = ("gateway", self.settings.app_name)
         for model in models:
-            for handle in self.executor.handles(model.key):
+            figures = self.hosting.warmup_figures(model.key.label, model.key.generation) if self.hosting else []
+            for handle in self.executor.handles(model.key, skip=me) if first else ():
                 call = handle.broadcast("warmup_figures", model.key.label, model.key.generation)
                 answers = await call.results_async(return_exceptions=True)
-                figures = [f for a in answers if isinstance(a, list) for f in a]
-                if figures:
-                    self.service.record_warmup(model, figures)
+                figures += [f for a in answers if isinstance(a, list) for f in a]
+            if figures:
+                self.service.record_warmup(model, figures)
 
     async def _cluster_stats(self) -> dict[ModelKey, ModelStats]:
         """Every gateway replica's figures, added up: each replica batches its own share of requests."""
@@ -160,6 +205,8 @@ class Gateway:
 
     async def check_health(self) -> None:
         self._front.check()
+        if self.hosting is not None and not self.hosting.following:
+            raise RuntimeError("the gateway stopped following the CPU instances it holds")
 
     async def __del__(self) -> None:
         """Also runs after a constructor that failed half-way: stop whatever was started."""
@@ -171,3 +218,6 @@ class Gateway:
         front = getattr(self, "_front", None)
         if front is not None:
             await front.stop(grace_s=1.0)
+        hosting = getattr(self, "hosting", None)
+        if hosting is not None:
+            await hosting.stop()

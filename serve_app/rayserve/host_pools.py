@@ -36,6 +36,8 @@ class HostPools:
         self._changed = asyncio.Condition()
 
     def app_name(self, pool: HostPool) -> str:
+        if pool.in_deployment is not None:
+            return pool.in_deployment[1]
         return f"{self.settings.app_name}--{pool.deployment}"
 
     def bound(self, pool: HostPool, token: bytes, manager: Any, options: dict[str, Any]) -> Any:
@@ -97,11 +99,16 @@ class HostPools:
             self._changed.notify_all()
 
     async def _push(self, pool: str, timeout_s: float) -> tuple[list[dict[str, str]], str]:
-        """The content to every host of ``pool``: (each host's statuses, a problem that left none)."""
+        """The content to every host of ``pool``: (each host's statuses, a problem that left none).
+
+        Gateways that hold instances themselves may not run yet (the server is starting, or Serve is
+        replacing one): they load the content as they start and report what failed (``hosting_failed``),
+        so finding none is not a failure there."""
         spec = self.deployed.get(pool)
         if spec is None:
             return [], f"its host pool '{pool}' is not running"
         revision, loads = self.content(pool)
+        pending_ok = spec.in_deployment is not None
         try:
             handle = serve.get_deployment_handle(spec.deployment, self.app_name(spec))
             call = handle.broadcast("apply", revision, loads).results_async(return_exceptions=True)
@@ -109,11 +116,15 @@ class HostPools:
         except asyncio.TimeoutError:
             return [], f"its hosts did not load it within {timeout_s:g}s"
         except Exception as exc:
-            return [], f"its hosts could not be reached: {exc}"
+            return [], "" if pending_ok else f"its hosts could not be reached: {exc}"
         replies = [a for a in answers if isinstance(a, dict)]
         failed = [a for a in answers if isinstance(a, BaseException)]
         for problem in failed:
             logger.warning("a host of pool %s did not take revision %d: %s", pool, revision, problem)
-        if not replies:
+        if not replies and not pending_ok:
             return [], "no host of its pool answered"
         return replies, ""
+
+    def models_of(self, pool: str, group_ids: set[str]) -> dict[str, str]:
+        """group id -> its model, for groups of ``pool``."""
+        return {g: load.key.name for g, load in self._content.get(pool, {}).items() if g in group_ids}

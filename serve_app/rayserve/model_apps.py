@@ -134,7 +134,7 @@ def plan_model_apps(
             where = []
             for group in plans[name]:
                 if shared:
-                    pool = host_pool(group, gpus, settings.instance_cpus)
+                    pool = host_pool(group, gpus, settings.instance_cpus, gateway_pool(settings))
                     load = InstanceLoad(
                         ModelKey(name, version, gen),
                         config_bytes,
@@ -148,7 +148,7 @@ def plan_model_apps(
                     refs.append(
                         DeploymentRef(pool_app(pool), pool.deployment, hosted_instances(group, pool), hosted=True)
                     )
-                    where.append(f"{max(1, group.count)}x {group.kind} in each of {pool.replicas} {pool.deployment}")
+                    where.append(f"{max(1, group.count)}x {group.kind} in each of {pool.replicas} {pool.deployment}(s)")
                     continue
                 dname = deployment_name(name, version, group.group_index, group.device)
                 aname = app_name(settings.app_name, dname, gen)
@@ -179,6 +179,11 @@ def plan_model_apps(
             scaled = f", autoscaling {scaling.min_replicas}..{scaling.max_replicas}" if scaling else ""
             out.messages.append(f"model '{name}' version {version}: deploying ({', '.join(where)}{scaled})")
     return out
+
+
+def gateway_pool(settings: ServerSettings) -> tuple[str, str, int] | None:
+    """The gateways, when they hold the shared CPU instances themselves: (deployment, application, replicas)."""
+    return ("gateway", settings.app_name, settings.gateway_replicas) if settings.cpu_instances_in_gateway else None
 
 
 def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:

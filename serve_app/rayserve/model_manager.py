@@ -114,6 +114,18 @@ class ModelManager:
         """A host's long poll: ``pool``'s content once it changes after ``revision`` (or after a while)."""
         return await self._pools.wait(pool, revision, WATCH_TIMEOUT_S)
 
+    async def hosting_failed(self, pool: str, failures: dict[str, str]) -> int:
+        """A host that took its pool's content as it started (a gateway) could not load some groups (group id ->
+        why): their models fail, as a failed load does.  Returns the new revision of the serving state."""
+        async with self._lock:
+            models = self._pools.models_of(pool, set(failures))
+            reasons = {name: failures[gid] for gid, name in models.items() if name in self._served}
+            for name, reason in reasons.items():
+                logger.warning("model '%s': failed to load: %s", name, reason)
+            if reasons:
+                await self._remove(sorted(reasons), "", failures=reasons)
+            return self._revision
+
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         states = {(v.name, v.version): (v.state, v.reason) for vs in self._served.values() for v in vs}
         return self.control.index(ready_only, states)
@@ -164,6 +176,9 @@ class ModelManager:
         failures.update(plan.failed)
         apps = dict(plan.apps)
         new_pools = [pool for name, pool in plan.pools.items() if name not in self._pools.deployed]
+        for pool in [p for p in new_pools if p.in_deployment is not None]:  # the gateways: nothing to deploy
+            self._pools.deployed[pool.name] = pool
+            new_pools.remove(pool)
         for pool in new_pools:
             manager = serve.get_deployment_handle("model_manager", self.settings.app_name)
             options = pool_options(pool, self.settings)
@@ -323,7 +338,8 @@ class ModelManager:
                 out[(sv.name, sv.version)] = reasons[0]
         return out
 
-    async def _remove(self, names: list[str], reason: str) -> None:
+    async def _remove(self, names: list[str], reason: str, failures: dict[str, str] | None = None) -> None:
+        """Stop serving ``names`` (unloaded with ``reason``, or failed: ``failures`` gives why)."""
         stale: list[str] = []
         stale_groups: set[str] = set()
         for name in names:
@@ -331,8 +347,13 @@ class ModelManager:
             stale_groups |= self._hosted.pop(name, set())
             self._served.pop(name, None)
             self._sequence.pop(name, None)
-            self._failed[name] = reason
-            self.control.unloaded(name)
+            if failures and name in failures:  # it never really served: listed as failed to load, with why
+                self._failed[name] = failures[name]
+                self.control.unloaded(name)
+                self.control.load_failed(name, failures[name])
+            else:
+                self._failed[name] = reason
+                self.control.unloaded(name)
         await self._publish(stale, stale_groups, unloading=True)
 
     async def _publish(self, stale: list[str], stale_groups: set[str] | None = None, unloading: bool = False) -> None:

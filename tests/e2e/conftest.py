@@ -103,7 +103,6 @@ def start_server(
         "--grpc-port", str(grpc_port),
         "--metrics-port", str(metrics_port),
         "--num-cpus", "16",
-        "--instance-cpus", "0.5",
         "--object-store-memory", str(256 * 1024 * 1024),
         *extra,
     ]  # fmt: skip

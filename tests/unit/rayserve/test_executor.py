@@ -48,7 +48,7 @@ class FakeClient:
 
 
 def target(instance: str, *, inflight: int = 0, closed: bool = False, **client: Any) -> _Target:
-    t = _Target(instance, FakeClient(**client), inflight)  # type: ignore[arg-type]
+    t = _Target(instance, client=FakeClient(**client), inflight=inflight)  # type: ignore[arg-type]
     t.client.closed = closed
     return t
 
@@ -329,3 +329,41 @@ async def test_a_change_in_autoscaled_instances_reports_the_new_capacity(monkeyp
     finally:
         task.cancel()
     assert reported[0] == (KEY, 4)
+
+
+# -- instances this process holds ---------------------------------------------------------------------
+class FakeHeld:
+    """A HostedInstance this gateway holds: executed directly, no channel."""
+
+    def __init__(self, instance_id: str) -> None:
+        self.id = instance_id
+        self.ran: list[list[Execution]] = []
+
+    async def execute(self, executions: list[Execution]) -> list[ExecutionResult]:
+        self.ran.append(executions)
+        return SERVE_RESULT
+
+
+async def test_an_instance_held_here_runs_without_a_hop_and_wins_a_tie(monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = target("far", inflight=0)
+    held = FakeHeld("near")
+    local = _Target("near", local=held)  # type: ignore[arg-type]
+    g = group(remote, local, hosted=True)
+    ex, _ = make_executor(monkeypatch, g)
+    assert await ex.execute(KEY, EXECUTIONS) is SERVE_RESULT
+    assert held.ran == [EXECUTIONS] and calls(remote) == [] and local.inflight == 0
+    local.inflight = 1  # busier than the remote one: the remote one takes the next batch
+    assert await ex.execute(KEY, EXECUTIONS) is CHANNEL_RESULT
+
+
+async def test_refresh_adds_held_instances_and_asks_no_replica_of_its_own_deployment_while_starting() -> None:
+    held = FakeHeld("gw1/m:1.7.0.0")
+    local_host = SimpleNamespace(of=lambda key: [held] if key == KEY else [])
+    ex = RayModelExecutor(inflight_per_instance=1, channel_token=b"token", local=local_host)  # type: ignore[arg-type]
+    ex.own = ("gateway", "app")
+    g = _Group("gateway", FakeHandle(), 1, KEY, hosted=True, app="app")
+    await ex._refresh(g)
+    assert handle(g).broadcasts == [] and g.targets[held.id].local is held  # type: ignore[comparison-overlap]
+    ex.started = True
+    await ex._refresh(g)
+    assert handle(g).broadcasts == [("targets", "m:1", 7)] and list(g.targets) == [held.id]

@@ -83,7 +83,7 @@ class FakeExecutor:
     def remove_version(self, key: ModelKey) -> None:
         self.removed.append(key)
 
-    def handles(self, key: ModelKey) -> list[Any]:
+    def handles(self, key: ModelKey, skip: tuple[str, str] | None = None) -> list[Any]:
         return [self.handle]
 
     def capacity(self, key: ModelKey) -> int:
@@ -119,6 +119,7 @@ def make_gateway(replicas: int = 1) -> tuple[Gateway, FakeExecutor]:
     gw.service = InferenceService(gw.registry, executor)  # type: ignore[arg-type]
     gw._apply_lock = asyncio.Lock()
     gw._manager = None
+    gw.hosting = None  # the models' instances are in other processes here
     return gw, executor
 
 

@@ -308,3 +308,53 @@ def test_plan_lists_sequence_models_for_the_router(tmp_path: pathlib.Path) -> No
     [spec] = out.sequence_models
     assert (spec.key, spec.name, spec.generation) == ("seq:1", "seq", 10)
     assert spec.deployments == (("serve_app--seq.v1.g0--10", "seq.v1.g0", 1),)
+
+
+# -- shared hosts -------------------------------------------------------------------------------------
+class FakePools:
+    """HostPools with the gateways as the CPU pool: pushes find no gateway yet (the server is starting)."""
+
+    def __init__(self) -> None:
+        self.deployed: dict[str, Any] = {}
+        self.content: dict[str, Any] = {}
+        self.removed: set[str] = set()
+
+    def app_name(self, pool: Any) -> str:
+        return pool.in_deployment[1] if pool.in_deployment else pool.deployment
+
+    async def add(self, loads: dict[str, list[Any]], timeout_s: float) -> dict[str, str]:
+        from serve_app.hosting import InstanceHost
+
+        for group in loads.values():
+            for load in group:
+                self.content[InstanceHost.group_id(load)] = load
+        return dict.fromkeys(self.content, "")  # pending: nothing failed yet
+
+    async def remove(self, group_ids: set[str], timeout_s: float) -> None:
+        self.removed |= group_ids
+
+    def models_of(self, pool: str, group_ids: set[str]) -> dict[str, str]:
+        return {g: load.key.name for g, load in self.content.items() if g in group_ids}
+
+
+async def test_a_group_a_gateway_failed_to_load_as_it_started_fails_its_model(repo: pathlib.Path) -> None:
+    m = Manager(repo, mode=ControlMode.EXPLICIT, model_control_mode="explicit")
+    m.mgr.settings = ServerSettings(str(repo))  # shared hosts, CPU instances in the gateways
+    pools = FakePools()
+    m.mgr._pools = pools  # type: ignore[assignment]
+    published: list[set[str]] = []
+
+    async def publish(stale: list[str], stale_groups: set[str] | None = None, unloading: bool = False) -> None:
+        m.mgr._revision += 1
+        published.append(set(stale_groups or ()))
+
+    m.mgr._publish = publish  # type: ignore[method-assign]
+    await m.mgr.load("add_sub")
+    assert m.run == [] and "add_sub" in m.mgr._served  # no application to deploy: the gateways hold it
+    (group,) = pools.content
+    revision = await m.mgr.hosting_failed("cpu", {group: "warmup sample 'x' failed"})
+    assert revision == m.mgr._revision and published[-1] == {group}
+    assert m.mgr._snapshot().served == ()
+    assert m.mgr._snapshot().failed == (("add_sub", "warmup sample 'x' failed"),)
+    (entry,) = [e for e in await m.mgr.index() if e.name == "add_sub"]
+    assert (entry.state, entry.reason) == ("UNAVAILABLE", "warmup sample 'x' failed")

@@ -9,8 +9,8 @@ from serve_app.rayserve.model_manager import _unplaced
 SERVE_MESSAGE = (
     "Deployment 'big.v1.g0' in application 'serve_app--big.v1.g0--7' has 1 replicas that have taken more than "
     "30s to be scheduled. This may be due to waiting for the cluster to auto-scale or for a runtime environment "
-    "to be installed. Resources required for each replica: {\"CPU\": 64.0}, total resources available: "
-    "{\"CPU\": 15.5}. Use `ray status` for more details."
+    'to be installed. Resources required for each replica: {"CPU": 64.0}, total resources available: '
+    '{"CPU": 15.5}. Use `ray status` for more details.'
 )
 
 
@@ -20,8 +20,8 @@ def app(*messages: str) -> SimpleNamespace:
 
 def test_replicas_waiting_for_resources_are_reported_with_the_ask_and_what_is_available() -> None:
     reason = _unplaced(app("", SERVE_MESSAGE))
-    assert reason.startswith("Ray could not place its instances: each asks for {\"CPU\": 64.0}")
-    assert "the cluster has {\"CPU\": 15.5} available" in reason
+    assert reason.startswith('Ray could not place its instances: each asks for {"CPU": 64.0}')
+    assert 'the cluster has {"CPU": 15.5} available' in reason
 
 
 def test_replicas_slow_to_initialize_are_not_unplaced() -> None:
