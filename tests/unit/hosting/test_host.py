@@ -108,3 +108,26 @@ async def test_sequence_steps_and_polls_reach_the_instance_they_name(tmp_path: p
     events = await host.on_channel(PollEvents(snapshot=True, instance=first.id))
     assert events.occupied == ()  # type: ignore[union-attr]
     await host.stop(unloading=True)
+
+
+async def test_a_short_execution_runs_on_the_event_loop_once_it_is_known_to_be_short(repo: pathlib.Path) -> None:
+    import threading
+
+    host = InstanceHost("h1")
+    load = load_of(repo, "add_sub")
+    await host.apply([load])
+    (held,) = host.of(load.key)
+    assert held.instance is not None
+    threads: list[str] = []
+    run_all = held.instance.run_all
+
+    def recording(executions: list[Execution], arrived_ns: int = 0) -> list[object]:
+        threads.append(threading.current_thread().name)
+        return run_all(executions, arrived_ns)  # type: ignore[return-value]
+
+    held.instance.run_all = recording  # type: ignore[method-assign]
+    for _ in range(12):
+        await host.on_channel(ExecuteOn(held.id, [add_sub_batch(1.0)]))
+    assert threads[0].startswith("add_sub-exec")  # unknown at first: the instance's thread
+    assert threads[-1] == threading.current_thread().name  # known to be short: no hand-off
+    await host.stop(unloading=True)
