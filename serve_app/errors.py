@@ -93,3 +93,21 @@ def as_serve_error(exc: BaseException) -> ServeError:
         seen.add(id(cur))
         cur = getattr(cur, "cause", None) or cur.__cause__
     return InternalError(f"{type(exc).__name__}: {exc}")
+
+
+_BY_CODE: dict[ErrorCode, type[ServeError]] = {
+    ErrorCode.UNKNOWN: ServeError,
+    ErrorCode.INTERNAL: InternalError,
+    ErrorCode.NOT_FOUND: NotFound,
+    ErrorCode.INVALID_ARG: InvalidArgument,
+    ErrorCode.UNAVAILABLE: Unavailable,
+    ErrorCode.UNSUPPORTED: Unsupported,
+    ErrorCode.ALREADY_EXISTS: AlreadyExists,
+    ErrorCode.CANCELLED: Cancelled,
+    ErrorCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+}
+
+
+def error_of(code: ErrorCode, message: str) -> ServeError:
+    """The error of ``code`` with ``message`` (model code names an error by its code)."""
+    return _BY_CODE[code](message)

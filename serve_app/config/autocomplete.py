@@ -16,6 +16,7 @@ from pathlib import Path
 from serve_app.config.validate import (
     BACKEND_PLATFORMS,
     ONNX_PLATFORM,
+    PYTHON_BACKEND,
     PYTORCH_PLATFORM,
     TENSORRT_PLATFORM,
     normalize_platform,
@@ -30,6 +31,7 @@ MODEL_FILENAMES: dict[str, str] = {
     ONNX_PLATFORM: "model.onnx",
     PYTORCH_PLATFORM: "model.pt",
     TENSORRT_PLATFORM: "model.plan",
+    PYTHON_BACKEND: "model.py",
 }
 _EXTENSION_PLATFORMS: dict[str, str] = {
     ".onnx": ONNX_PLATFORM,
@@ -43,7 +45,7 @@ def default_model_filename(config: mc.ModelConfig) -> str:
     platform's default (``model.onnx`` ...); "" when there is none (ensemble)."""
     if config.default_model_filename:
         return config.default_model_filename
-    platform = config.platform or BACKEND_PLATFORMS.get(config.backend, "")
+    platform = config.platform or BACKEND_PLATFORMS.get(config.backend, "") or config.backend
     return MODEL_FILENAMES.get(platform, "")
 
 
@@ -81,7 +83,8 @@ def autocomplete_config(
     normalize_platform(out)
     if not out.default_model_filename:
         out.default_model_filename = default_model_filename(out)
-    if complete_io is not None and model_file is not None and needs_model_io(out):
+    # A Python model's own auto_complete_config may set more than inputs and outputs: it always runs.
+    if complete_io is not None and model_file is not None and (needs_model_io(out) or out.backend == PYTHON_BACKEND):
         complete_io(out, model, model_file)
     normalize_config(out)
     return out

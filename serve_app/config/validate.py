@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
+from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.hosting import dedicated_process
 from serve_app.config.pbtxt import config_error
 from serve_app.config.state_backup import state_backup_enabled
@@ -21,6 +22,11 @@ ONNX_PLATFORM = "onnxruntime_onnx"
 PYTORCH_PLATFORM = "pytorch_libtorch"
 TENSORRT_PLATFORM = "tensorrt_plan"
 ENSEMBLE_PLATFORM = "ensemble"
+PYTHON_BACKEND = "python"
+# Backends Triton names without a platform (its config shows ``platform: ""``).
+BACKEND_ONLY = frozenset({PYTHON_BACKEND})
+# Backends that answer each request of a batch on their own (Triton hands a Python model's execute a list).
+PER_REQUEST_BACKENDS = frozenset({PYTHON_BACKEND})
 
 # The platform/backend pairs we can serve; the ensemble has a platform only.
 PLATFORM_BACKENDS: dict[str, str] = {
@@ -32,7 +38,9 @@ BACKEND_PLATFORMS: dict[str, str] = {b: p for p, b in PLATFORM_BACKENDS.items()}
 
 WILDCARD_DIM = -1
 _TORCH_NAME = re.compile(r"^(.+)__([0-9]+)$")
-_SUPPORTED = "onnxruntime_onnx (onnxruntime), pytorch_libtorch (pytorch), tensorrt_plan (tensorrt), ensemble"
+_SUPPORTED = (
+    "onnxruntime_onnx (onnxruntime), pytorch_libtorch (pytorch), tensorrt_plan (tensorrt), backend python, ensemble"
+)
 _CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
 _BOOL_CONTROLS = (
     mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START,
@@ -73,6 +81,10 @@ def validate_platform(config: mc.ModelConfig, *, model: str, path: str) -> None:
     if platform == ENSEMBLE_PLATFORM:
         if backend:
             where.fail("backend", f"an ensemble must not specify a backend (got '{backend}')")
+        return
+    if backend in BACKEND_ONLY:
+        if platform:
+            where.fail("platform", f"backend '{backend}' takes no platform (got '{platform}')")
         return
     if platform and platform not in PLATFORM_BACKENDS:
         where.fail("platform", f"unsupported platform '{platform}'; supported are {_SUPPORTED}")
@@ -132,8 +144,19 @@ def validate_config(config: mc.ModelConfig, *, model: str, path: str) -> None:
     _check_warmup(config, where)
     state_backup_enabled(config, path=path)
     dedicated_process(config, path=path)
-    if config.model_transaction_policy.decoupled and config.response_cache.enable:
-        where.fail("response_cache.enable", "the response cache does not support decoupled models")
+    response_timeout_s(config, path=path)
+    if config.model_transaction_policy.decoupled:
+        if config.response_cache.enable:
+            where.fail("response_cache.enable", "the response cache does not support decoupled models")
+        if config.backend != PYTHON_BACKEND:
+            where.fail(
+                "model_transaction_policy.decoupled",
+                f"decoupled models are served for backend 'python' only (this model's backend is '{config.backend}')",
+            )
+        if config.HasField("sequence_batching"):
+            where.fail(
+                "model_transaction_policy.decoupled", "a decoupled model with sequence batching is not supported"
+            )
 
 
 def _check_version_policy(config: mc.ModelConfig, where: _Where) -> None:

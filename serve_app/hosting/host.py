@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from serve_app.errors import Draining, Unavailable
 from serve_app.hosting.instance import HostedInstance
-from serve_app.hosting.messages import ExecuteOn, InstanceLoad
+from serve_app.hosting.messages import ExecuteOn, InstanceLoad, StreamOn
 from serve_app.keys import ModelKey
 from serve_app.sequence.messages import PollEvents, RestoreSequence, SequenceStep, StepResult
 
@@ -27,11 +28,13 @@ STOP_WAIT_S = 27.0  # a group's instances may finish their work this long when i
 
 
 class InstanceHost:
-    def __init__(self, host_id: str, gpu_ids: tuple[int, ...] = ()) -> None:
+    def __init__(self, host_id: str, gpu_ids: tuple[int, ...] = (), link: Any = None) -> None:
         """``host_id``: unique across the cluster (instance ids start with it); ``gpu_ids``: the devices this
-        process sees, for GPU instances."""
+        process sees, for GPU instances; ``link``: how model code here reaches the server (Python models' BLS
+        and model control)."""
         self.host_id = host_id
         self.gpu_ids = gpu_ids
+        self.link = link
         self._instances: dict[str, HostedInstance] = {}
         self._groups: dict[str, tuple[InstanceLoad, list[HostedInstance], str]] = {}  # group id -> (load, them, error)
         self._lock = asyncio.Lock()
@@ -54,7 +57,9 @@ class InstanceHost:
 
     async def _add(self, load: InstanceLoad) -> None:
         them = [
-            HostedInstance(load, f"{self.host_id}/{load.instance_key(n)}", load.spec.instance_name(n), self.gpu_ids)
+            HostedInstance(
+                load, f"{self.host_id}/{load.instance_key(n)}", load.spec.instance_name(n), self.gpu_ids, self.link
+            )
             for n in range(load.count)
         ]
         await asyncio.gather(*(i.start() for i in them))
@@ -96,6 +101,11 @@ class InstanceHost:
             if instance is None:
                 raise Draining(f"instance {message.instance} is not hosted here (unloaded, or its host restarted)")
             return await instance.execute(message.executions)
+        if isinstance(message, StreamOn):
+            instance = self._instances.get(message.instance)
+            if instance is None:
+                raise Draining(f"instance {message.instance} is not hosted here (unloaded, or its host restarted)")
+            return instance.stream(message.execution)
         if isinstance(message, SequenceStep):
             instance = self._instances.get(message.instance)
             if instance is None:

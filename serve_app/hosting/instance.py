@@ -10,19 +10,24 @@ down, lets its live sequences end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from serve_app.autoscale import LoadMeter
 from serve_app.backends import BackendContext
 from serve_app.config.state_backup import state_backup_enabled
 from serve_app.errors import Draining, Unavailable, as_serve_error
 from serve_app.hosting.messages import InstanceLoad
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
+from serve_app.runtime.streaming import stream_execution
 from serve_app.sequence.instance import SequenceInstance
 from serve_app.sequence.messages import InstanceEvents, PollEvents, RestoreSequence, SequenceStep, StepResult
 
@@ -40,8 +45,12 @@ _INLINE_BACKENDS = frozenset({"onnxruntime", "pytorch"})
 
 
 class HostedInstance:
-    def __init__(self, load: InstanceLoad, instance_id: str, name: str, gpu_ids: tuple[int, ...] = ()) -> None:
-        """``instance_id``: unique across the cluster; ``name``: Triton's ``<group name>_<n>``."""
+    def __init__(
+        self, load: InstanceLoad, instance_id: str, name: str, gpu_ids: tuple[int, ...] = (), link: Any = None
+    ) -> None:
+        """``instance_id``: unique across the cluster; ``name``: Triton's ``<group name>_<n>``; ``link``: how
+        model code reaches the server (a Python model's BLS calls and model control)."""
+        self._link = link
         self.load = load
         self.id = instance_id
         self.name = name
@@ -55,6 +64,7 @@ class HostedInstance:
             device_kind=load.kind,
             gpu_ids=gpu_ids,
             instance_group=load.spec.group_index,
+            instance_name=name,
         )
         # One execution at a time per instance, off the event loop (Triton: one thread per instance).
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{load.key.name}-exec")
@@ -74,15 +84,22 @@ class HostedInstance:
     async def start(self) -> bool:
         """Load the model and run its warmup on the instance's own thread; False (and ``load_error``) if
         that failed."""
+        self._bind_loop(asyncio.get_running_loop())
         await asyncio.get_running_loop().run_in_executor(self._thread, self._load)
         self._attach_sequence()
         return self.instance is not None
 
-    def start_blocking(self) -> bool:
-        """:meth:`start` from a constructor that can't await."""
+    def start_blocking(self, loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """:meth:`start` from a constructor that can't await (``loop``: the one the instance will serve on)."""
+        self._bind_loop(loop)
         self._thread.submit(self._load).result()
         self._attach_sequence()
         return self.instance is not None
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Model code that calls the server (BLS) runs those calls on the loop the instance serves on."""
+        if self._link is not None:
+            self.ctx = dataclasses.replace(self.ctx, server_link=self._link, loop=loop)
 
     def _load(self) -> None:
         try:
@@ -111,6 +128,7 @@ class HostedInstance:
             self._run_one,
             instance_id=self.id,
             backup=state_backup_enabled(self.config),
+            per_request=self.instance.backend.per_request,
         )
 
     def _failed(self) -> Unavailable:
@@ -159,6 +177,27 @@ class HostedInstance:
     async def _run_one(self, execution: Execution) -> ExecutionResult:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._run_step, execution)
+
+    async def stream(self, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        """A decoupled execution's responses, (request index, response), as the model sends them; the stream
+        ends once every request has had its final one.  Closing it early (the client went away) cancels the
+        requests still open: ``is_cancelled()`` turns true for the model."""
+        if self.instance is None:
+            err = self._failed()
+            for index in range(max(1, len(execution.parts))):
+                yield index, PartResult(error=err)
+            return
+        if self.stopping:
+            raise Draining(f"model '{self.key.name}' version {self.key.version}: this instance is stopping")
+        self._calls += 1
+        self.meter.begin()
+        try:
+            async with contextlib.aclosing(stream_execution(self.instance, execution, self._thread)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self.meter.end()
+            self._calls -= 1
 
     async def step(self, step: SequenceStep) -> StepResult:
         if self.sequence is None:

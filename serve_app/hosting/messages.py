@@ -38,3 +38,12 @@ class ExecuteOn:
 
     instance: str
     executions: list[Execution]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOn:
+    """Gateway to host: run a decoupled ``execution`` on instance ``instance`` and stream its responses back,
+    as (request index, :class:`~serve_app.inference.execution.PartResult`), while the model sends them."""
+
+    instance: str
+    execution: Execution

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from serve_app.errors import ServeError
+
 ParamValue = bool | int | float | str
 
 
@@ -58,3 +60,13 @@ class InferResponse:
     id: str = ""
     outputs: list[InferTensor] = field(default_factory=list)
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StreamItem:
+    """One response of a decoupled model's request, as it comes: a response, or an error, or (``response``
+    None, no error) the final flag alone; ``final`` marks the request's last one."""
+
+    response: InferResponse | None = None
+    error: ServeError | None = None
+    final: bool = False

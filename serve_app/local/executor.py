@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from serve_app.errors import InternalError
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.options import CorrId
 from serve_app.keys import ModelKey
 from serve_app.runtime.instance import ModelInstance
+from serve_app.runtime.streaming import stream_execution
 from serve_app.sequence.batcher import SequenceBatchingConfig
 from serve_app.sequence.instance import SequenceInstance
 from serve_app.sequence.messages import (
@@ -52,8 +56,11 @@ class LocalSequencePort:
 class LocalModelExecutor:
     """One instance per model version, executing on its own thread, one call at a time."""
 
-    def __init__(self, instances: dict[tuple[str, int], ModelInstance]) -> None:
+    def __init__(self, instances: dict[tuple[str, int], ModelInstance], link: Any = None) -> None:
+        """``link``: what the instances' Python models call the server through; it learns the service's event
+        loop from the first call here."""
         self._instances = instances
+        self._link = link
         self._threads = {key: ThreadPoolExecutor(max_workers=1) for key in instances}
         self.router = SequenceRouter()
         self._ports: dict[tuple[str, int], LocalSequencePort] = {}
@@ -73,7 +80,18 @@ class LocalModelExecutor:
     async def execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]:
         instance = self._instance(key)
         loop = asyncio.get_running_loop()
+        if self._link is not None:
+            self._link.loop = loop
         return await loop.run_in_executor(self._threads[(key.name, key.version)], instance.run_all, executions)
+
+    async def stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        instance = self._instance(key)
+        if self._link is not None:
+            self._link.loop = asyncio.get_running_loop()
+        stream = stream_execution(instance, execution, self._threads[(key.name, key.version)])
+        async with contextlib.aclosing(stream) as items:
+            async for item in items:
+                yield item
 
     def sequence_port(self, key: ModelKey) -> LocalSequencePort:
         port = self._ports.get((key.name, key.version))
@@ -85,13 +103,20 @@ class LocalModelExecutor:
         label, instance_id = key.label, f"local-{key.name}-{key.version}"
 
         async def run(execution: Execution) -> ExecutionResult:
+            if self._link is not None:
+                self._link.loop = asyncio.get_running_loop()
             return await asyncio.get_running_loop().run_in_executor(thread, instance.run, execution)
 
         def released(events: list[SlotEvent]) -> None:
             self.router.released(label, InstanceEvents(instance_id, tuple(events)))
 
         seq = SequenceInstance(
-            config, instance.ctx.model_file.parent.parent, run, instance_id=instance_id, on_release=released
+            config,
+            instance.ctx.model_file.parent.parent,
+            run,
+            instance_id=instance_id,
+            on_release=released,
+            per_request=instance.backend.per_request,
         )
         self.router.add_model(label, key.name, SequenceBatchingConfig.from_model_config(config).slots)
         self.router.instance_up(label, instance_id, ("local", 0))

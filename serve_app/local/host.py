@@ -23,6 +23,7 @@ from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
 from serve_app.service import FailedModel, InferenceService, ModelRegistry, ServedModel
 from serve_app.service.registry import ensemble_readiness
+from serve_app.service.server_link import ServiceLink
 
 logger = logging.getLogger("serve_app")
 
@@ -41,6 +42,7 @@ class LocalHost:
     def from_repository(cls, repo_dir: str | pathlib.Path, **service_options: Any) -> LocalHost:
         """Load every model of ``repo_dir``; ``service_options`` go to :class:`InferenceService`."""
         registry = ModelRegistry()
+        link = ServiceLink()  # what Python models' BLS calls reach (the service, once it exists)
         instances: dict[tuple[str, int], ModelInstance] = {}
         sources = {}
         for name, source in ModelRepository(repo_dir).load_all().items():
@@ -62,7 +64,12 @@ class LocalHost:
                     model = ServedModel.create(name, version, source.config, labels=source.labels)
                     if not model.is_ensemble:
                         ctx = BackendContext(
-                            model_name=name, version=version, config=source.config, model_file=model_file
+                            model_name=name,
+                            version=version,
+                            config=source.config,
+                            model_file=model_file,
+                            instance_name=f"{name}_0_0",
+                            server_link=link,
                         )
                         instance = instances[(name, version)] = ModelInstance(ctx)
                         warmups.append((model, instance.warm_up().figures()))
@@ -80,8 +87,8 @@ class LocalHost:
             for model in models:
                 registry.add(model)
         ensemble_readiness(registry)
-        executor = LocalModelExecutor(instances)
-        service = InferenceService(registry, executor, **service_options)
+        executor = LocalModelExecutor(instances, link)
+        service = link.service = InferenceService(registry, executor, **service_options)
         for model, figures in warmups:
             if figures:
                 service.record_warmup(model, figures)

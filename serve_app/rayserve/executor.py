@@ -24,16 +24,17 @@ router for places and send steps straight to the instances.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from serve_app.errors import Draining, InternalError, Unavailable
 from serve_app.hosting import HostedInstance, InstanceHost
-from serve_app.hosting.messages import ExecuteOn
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.hosting.messages import ExecuteOn, StreamOn
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.keys import ModelKey
 from serve_app.sequence.port import ChannelSequencePort
 from serve_app.service.serving_state import DeploymentRef
@@ -63,6 +64,13 @@ class _Target:
     @property
     def closed(self) -> bool:
         return self.client is not None and self.client.closed
+
+    def stream(self, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        if self.local is not None:
+            return self.local.stream(execution)
+        assert self.client is not None
+        stream: AsyncGenerator[tuple[int, PartResult], None] = self.client.stream(StreamOn(self.instance, execution))
+        return stream
 
     def call(self, executions: list[Execution]) -> Awaitable[list[ExecutionResult]]:
         if self.local is not None:
@@ -231,6 +239,38 @@ class RayModelExecutor:
             ) from None
         finally:
             group.serve_inflight -= 1
+
+    async def stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        """A decoupled execution on the least busy instance, its responses as they come.  Over a channel
+        only: each response crosses as it is sent, with the channel's back-pressure."""
+        groups = self._groups.get(key)
+        if not groups:
+            raise InternalError(f"no deployment serves model '{key.name}' version {key.version}")
+        group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
+        for _ in range(MAX_DRAINING_RETRIES):
+            target = group.pick() if self._token else None
+            if target is None:
+                break
+            target.inflight += 1
+            started = False
+            try:
+                async with contextlib.aclosing(target.stream(execution)) as items:
+                    async for item in items:
+                        started = True
+                        yield item
+                return
+            except Draining:
+                if started:
+                    raise
+                group.drop(target)
+                self._refresh_soon(group)
+            except Unavailable:
+                self._refresh_soon(group)
+                raise
+            finally:
+                target.inflight -= 1
+        self._refresh_soon(group)
+        raise Unavailable(f"model '{key.name}' version {key.version}: none of its instances is reachable now")
 
     # -- channel upkeep -------------------------------------------------------------
     def _refresh_soon(self, group: _Group) -> None:

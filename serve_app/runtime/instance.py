@@ -10,13 +10,14 @@ what it produced).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from serve_app.backends import Backend, BackendContext, create_backend
 from serve_app.errors import InternalError, as_serve_error
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.runtime.warmup import WarmupReport, warm_up
 
@@ -43,6 +44,16 @@ class ModelInstance:
             feed = self._inputs(execution)
             t1 = time.perf_counter_ns()
             result.compute_input_ns = t1 - t0
+            if self.backend.per_request:  # each request answered on its own (the Python backend)
+                parts = self.backend.execute_parts(feed, execution)
+                result.compute_infer_ns = time.perf_counter_ns() - t1
+                if execution.parts:
+                    result.parts = parts
+                elif parts[0].error is not None:
+                    result.error = parts[0].error
+                else:
+                    result.outputs = parts[0].outputs
+                return result
             produced = self.backend.execute(feed, list(execution.outputs))
             t2 = time.perf_counter_ns()
             result.compute_infer_ns = t2 - t1
@@ -51,6 +62,12 @@ class ModelInstance:
         except Exception as exc:  # one bad execution must not fail the others
             result.error = as_serve_error(exc)
         return result
+
+    def stream(
+        self, execution: Execution, emit: Callable[[int, PartResult], None], cancelled: Callable[[int], bool]
+    ) -> None:
+        """Start a decoupled execution: its responses go to ``emit`` as the model sends them (any thread)."""
+        self.backend.stream(self._inputs(execution), execution, emit, cancelled)
 
     def warm_up(self, model_dir: Path | None = None) -> WarmupReport:
         """Run the config's ``model_warmup`` samples, in order, through :meth:`run` (Triton warms up every

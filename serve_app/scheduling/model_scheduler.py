@@ -18,9 +18,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from serve_app.errors import ServeError, Unavailable, as_serve_error
+from serve_app import datatypes
+from serve_app.errors import InternalError, ServeError, Unavailable, as_serve_error
 from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, ExecutionResult, PartResult, RequestPart
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
@@ -41,6 +42,7 @@ class Job:
     future: asyncio.Future[InferResponse]
     dispatch_ns: int = 0
     outcome: Outcome | None = field(default=None)  # held back when responses must keep their order
+    part: RequestPart | None = None  # the request as a backend that answers requests one by one sees it
 
 
 class ModelScheduler:
@@ -53,11 +55,14 @@ class ModelScheduler:
         capacity: int,
         executions_per_call: int = 0,
         max_queued: int = 0,
+        per_request: bool = False,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        """``capacity``: calls in flight at once.  ``executions_per_call``: executions one call may
-        carry (default: 1 with a dynamic batcher, which forms a batch per free instance; 64 for the
-        default scheduler, where each request is its own execution and several share the hop).
+        """``per_request``: the backend answers each request of a batch on its own (the Python backend): an
+        execution carries the requests' own tensors, not merged ones.  ``capacity``: calls in flight at once.
+        ``executions_per_call``: executions one call may carry (default: 1 with a dynamic batcher, which forms
+        a batch per free instance; 64 for the default scheduler, where each request is its own execution and
+        several share the hop).
         ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound)."""
         batching = BatchingConfig.from_model_config(config)
         queue: PriorityQueue[Job] = (
@@ -69,7 +74,8 @@ class ModelScheduler:
         self.signature = signature
         self.stats = ModelStats(signature.name, signature.version)
         self._batched = signature.max_batch_size > 0
-        self._shape_keys = batching.batches
+        self._per_request = per_request
+        self._shape_keys = batching.batches and not per_request  # requests of any shape share a batch
         self._ordered = batching.preserve_ordering
         self._order: deque[Job] = deque()
         self._dispatch = dispatch
@@ -88,6 +94,8 @@ class ModelScheduler:
         batch_size = options.batch_size
         loop = asyncio.get_running_loop()
         job = Job(request, batch_size, arrival_ns, loop.create_future())
+        if self._per_request:
+            job.part = request_part(request, options)
         key: object = None
         if self._shape_keys:
             # A request without a batch dimension (shape tensors only) never shares a batch.
@@ -156,9 +164,12 @@ class ModelScheduler:
                 j.dispatch_ns = now
             size = sum(j.batch_size for j in group) if self._batched else 0
             waited = now - min(j.arrival_ns for j in group)  # the oldest request's wait: autoscaling reads it
-            executions.append(
-                Execution(merge_inputs(requests), union_outputs(requests, self._all_outputs), size, max(0, waited))
-            )
+            outputs = union_outputs(requests, self._all_outputs)
+            if self._per_request:
+                parts = tuple(j.part for j in group if j.part is not None)
+                executions.append(Execution({}, outputs, size, max(0, waited), parts))
+            else:
+                executions.append(Execution(merge_inputs(requests), outputs, size, max(0, waited)))
             jobs.append(group)
             self.stats.pending -= len(group)
         self.inflight += 1
@@ -198,6 +209,9 @@ class ModelScheduler:
             return
         ci, cf, co = result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns
         stats.record_execution(max(1, execution.batch_size), ci, cf, co)
+        if result.parts is not None:
+            self._complete_parts(result, group, now, now_ms)
+            return
         parts = split_outputs(result.outputs, [j.batch_size for j in group]) if len(group) > 1 else [result.outputs]
         sig = self.signature
         for job, produced in zip(group, parts, strict=True):
@@ -210,6 +224,30 @@ class ModelScheduler:
             queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
             stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
             self._finish(job, InferResponse(sig.name, sig.version, req.id, outputs))
+
+    def _complete_parts(self, result: ExecutionResult, group: list[Job], now: int, now_ms: int) -> None:
+        """Each request's own answer (a backend that answers requests one by one)."""
+        assert result.parts is not None
+        if len(result.parts) != len(group):
+            err = InternalError(f"model '{self.signature.name}' answered {len(result.parts)} of {len(group)} requests")
+            for job in group:
+                self.stats.record_failure("BACKEND", now - job.arrival_ns, now_ms)
+                self._finish(job, err)
+            return
+        ci, cf, co = result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns
+        sig = self.signature
+        for job, part in zip(group, result.parts, strict=True):
+            if part.error is not None:
+                self.stats.record_failure("BACKEND", now - job.arrival_ns, now_ms, executed_ns=cf)
+                self._finish(job, part.error)
+                continue
+            response = InferResponse(
+                sig.name, sig.version, job.request.id, part_outputs(part, job.request, self._all_outputs)
+            )
+            response.parameters.update(part.parameters)
+            queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
+            self.stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
+            self._finish(job, response)
 
     def _reject(self, rejected: list[QueuedRequest[Job]]) -> None:
         if not rejected:
@@ -238,6 +276,35 @@ class ModelScheduler:
 
     def drained(self) -> bool:
         return self.inflight == 0 and len(self.batcher.queue) == 0
+
+
+def request_part(request: InferRequest, options: RequestOptions) -> RequestPart:
+    """A request as a backend that answers requests one by one receives it: its own tensors and metadata."""
+    flags = options.sequence
+    bits = 0
+    if flags is not None:
+        bits = (FLAG_START if flags.start else 0) | (FLAG_END if flags.end else 0)
+    return RequestPart(
+        max(1, options.batch_size),
+        tuple(o.name for o in request.outputs),
+        request.id,
+        request.parameters,
+        flags.corr_id if flags is not None else 0,
+        bits,
+        options.timeout_us,
+        {t.name: t.data for t in request.inputs},
+    )
+
+
+def part_outputs(part: PartResult, request: InferRequest, all_outputs: tuple[str, ...]) -> list[InferTensor]:
+    """A request's outputs from its own answer, in the order it asked for them (those the model produced)."""
+    names = [o.name for o in request.outputs] if request.outputs else all_outputs
+    out = []
+    for name in names:
+        arr = part.outputs.get(name)
+        if arr is not None:
+            out.append(InferTensor(name, datatypes.from_numpy(arr.dtype).wire_name, tuple(arr.shape), arr))
+    return out
 
 
 def _resolve(future: asyncio.Future[InferResponse], outcome: Outcome) -> None:

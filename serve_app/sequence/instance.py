@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from serve_app.errors import Unavailable, as_serve_error
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, ExecutionResult, RequestPart
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
 from serve_app.sequence.controls import RowControl, SequenceControls
@@ -64,15 +64,19 @@ class SequenceInstance:
         clock: Callable[[], int] = time.monotonic_ns,
         on_release: Callable[[list[SlotEvent]], None] | None = None,
         backup: bool = False,
+        per_request: bool = False,
     ) -> None:
         """``on_release``: told of freed slots directly (in process), instead of through :meth:`poll`.
-        ``backup``: each answer carries its sequence's new state (and snapshots carry every state)."""
+        ``backup``: each answer carries its sequence's new state (and snapshots carry every state).
+        ``per_request``: the backend answers each request on its own (the Python backend): executions carry
+        only the real rows, each with its correlation id and flags (:class:`RequestPart`)."""
         self.id = instance_id
         self.model_name = config.name
         self.batcher: SequenceBatcher[_Job] = SequenceBatcher(SequenceBatchingConfig.from_model_config(config))
         self.controls = SequenceControls.from_model_config(config)
         self.state = ImplicitState(config, model_dir)
         self._batched = config.max_batch_size > 0
+        self._per_request = per_request
         self._run = run
         self._clock = clock
         self._busy = False
@@ -174,6 +178,8 @@ class SequenceInstance:
         return list(groups.values())
 
     def _execution(self, rows: list[Row[_Job]]) -> Execution:
+        if self._per_request:  # the model sees requests, not slots: no padding rows
+            rows = [r for r in rows if r.pending is not None]
         real = [r.pending.item.step for r in rows if r.pending is not None]
         first = real[0]
         controls = [
@@ -216,9 +222,25 @@ class SequenceInstance:
         for name in self.state.output_names:
             if name not in wanted:
                 wanted.append(name)
-        return Execution(inputs, tuple(wanted), len(rows) if self._batched else 0)
+        requests: tuple[RequestPart, ...] = ()
+        if self._per_request:
+            requests = tuple(
+                RequestPart(
+                    1,
+                    tuple(dict.fromkeys((*step.outputs, *self.state.output_names))),
+                    step.request_id,
+                    step.parameters,
+                    step.corr_id,
+                    (FLAG_START if step.start else 0) | (FLAG_END if step.end else 0),
+                )
+                for step in real
+            )
+        return Execution(inputs, tuple(wanted), len(rows) if self._batched else 0, parts=requests)
 
     def _answer(self, rows: list[Row[_Job]], execution: Execution, result: ExecutionResult, dispatch_ns: int) -> None:
+        if result.parts is not None:
+            self._answer_parts([r for r in rows if r.pending is not None], execution, result, dispatch_ns)
+            return
         first = True
         for index, row in enumerate(rows):
             if row.pending is None:
@@ -243,6 +265,31 @@ class SequenceInstance:
                     res.outputs = {n: outs[n] for n in job.step.outputs}
                 if self.state:
                     self.state.store(row.slot, outs, index if self._batched else None)
+                    if self.backup and not job.step.end:
+                        res.backup = self._backup(job.step, row.slot, res.outputs)
+            _resolve(job.future, res)
+
+    def _answer_parts(
+        self, rows: list[Row[_Job]], execution: Execution, result: ExecutionResult, dispatch_ns: int
+    ) -> None:
+        """Each step's own answer (a backend that answers requests one by one)."""
+        assert result.parts is not None
+        for index, (row, part) in enumerate(zip(rows, result.parts, strict=True)):
+            assert row.pending is not None
+            job = row.pending.item
+            res = StepResult(
+                queue_ns=dispatch_ns - job.arrival_ns + result.wait_ns,
+                compute_input_ns=result.compute_input_ns,
+                compute_infer_ns=result.compute_infer_ns,
+                compute_output_ns=result.compute_output_ns,
+                execution_batch=max(1, execution.batch_size) if index == 0 else 0,
+            )
+            if part.error is not None or result.error is not None:
+                res.error = part.error or result.error
+            else:
+                res.outputs = {n: a for n, a in part.outputs.items() if n in job.step.outputs}
+                if self.state:
+                    self.state.store(row.slot, part.outputs, 0 if self._batched else None)
                     if self.backup and not job.step.end:
                         res.backup = self._backup(job.step, row.slot, res.outputs)
             _resolve(job.future, res)

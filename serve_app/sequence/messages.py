@@ -14,6 +14,7 @@ import numpy as np
 
 from serve_app.errors import ServeError
 from serve_app.inference.options import CorrId
+from serve_app.inference.types import ParamValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,8 @@ class SequenceStep:
     batch_size: int  # 1, or 0 when the model does not batch
     step_id: int = 0  # drawn by the gateway: tells, after a crash, whether the state backed up includes this step
     instance: str = ""  # the instance that holds the sequence (a host holds several)
+    request_id: str = ""
+    parameters: dict[str, ParamValue] = field(default_factory=dict)  # the request's own (backends that read them)
 
 
 @dataclass(slots=True)

@@ -82,6 +82,8 @@ class SequenceScheduler:
             outputs,
             options.batch_size,
             random.getrandbits(63) | 1,
+            request_id=request.id,
+            parameters=request.parameters,
         )
         self.stats.pending += 1
         try:

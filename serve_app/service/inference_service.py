@@ -9,21 +9,25 @@ validates it, reads its options and hands it to the version's scheduler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from serve_app.config.decoupled import response_timeout_s
+from serve_app.config.validate import PER_REQUEST_BACKENDS
 from serve_app.errors import InvalidArgument, Unavailable
 from serve_app.inference.classification import apply_classification
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
-from serve_app.inference.types import InferRequest, InferResponse
+from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.inference.validate import validate_request
 from serve_app.keys import ModelKey
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.base import Scheduler
+from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.sequence.scheduler import SequenceScheduler
@@ -187,6 +191,28 @@ class InferenceService:
         finally:
             self.inflight -= 1
 
+    async def infer_stream(self, model: ServedModel, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        """A request's responses as the model sends them (a decoupled model: zero or more, then the final
+        flag; any other model: its one response, final).  Checks fail before the first item, as errors."""
+        if not self.accepting:
+            raise Unavailable(SHUTTING_DOWN)
+        if not model.is_decoupled:
+            yield StreamItem(await self.infer(model, request), final=True)
+            return
+        arrival = time.monotonic_ns()
+        batch_size = validate_request(request, model.signature)
+        options = RequestOptions.parse(request, model.signature, batch_size=batch_size, sequence_model=False)
+        request.model_version = str(model.version)
+        scheduler = self.scheduler(model)
+        assert isinstance(scheduler, DecoupledScheduler)
+        self.inflight += 1
+        try:
+            async with contextlib.aclosing(scheduler.submit_stream(request, options, arrival)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self.inflight -= 1
+
     async def drain(self, timeout_s: float) -> int:
         """Stop accepting requests and wait (up to ``timeout_s``) for those in progress; returns how many
         were still running at the deadline."""
@@ -221,6 +247,12 @@ class InferenceService:
             sched = EnsembleScheduler(model.config, model.signature, self._infer_step)
         elif model.is_sequence:
             sched = SequenceScheduler(model.config, model.signature, self.executor.sequence_port(model.key))
+        elif model.is_decoupled:
+            sched = DecoupledScheduler(
+                model.signature,
+                functools.partial(self.executor.stream, model.key),
+                response_timeout_s=response_timeout_s(model.config),
+            )
         else:
             sched = ModelScheduler(
                 model.config,
@@ -228,6 +260,7 @@ class InferenceService:
                 functools.partial(self.executor.execute, model.key),
                 capacity=self.executor.capacity(model.key),
                 max_queued=self.max_queued,
+                per_request=model.config.backend in PER_REQUEST_BACKENDS,
             )
         model.scheduler = sched
         return sched

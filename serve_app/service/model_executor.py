@@ -7,9 +7,10 @@ this process, for tests, tools and Ray-free serving).
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.keys import ModelKey
 from serve_app.sequence.port import SequencePort
 
@@ -24,6 +25,10 @@ class ModelExecutor(Protocol):
         ...
 
     async def execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]: ...
+
+    def stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        """A decoupled execution's responses, (request index, response), as the instance sends them."""
+        ...
 
     def sequence_port(self, key: ModelKey) -> SequencePort:
         """How a sequence model's steps reach the router and its instances."""

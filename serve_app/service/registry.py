@@ -58,6 +58,11 @@ class ServedModel:
     def is_sequence(self) -> bool:
         return self.config.HasField("sequence_batching")
 
+    @property
+    def is_decoupled(self) -> bool:
+        """It answers a request with a stream of responses (``model_transaction_policy { decoupled: true }``)."""
+        return self.config.model_transaction_policy.decoupled
+
     @classmethod
     def create(
         cls,

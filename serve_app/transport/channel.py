@@ -11,7 +11,11 @@ Frames: ``!II`` (pickle length, buffer count), ``!Q`` per buffer length, the
 pickle, then the out-of-band buffers (numpy arrays' memory, written without
 copying and read back as zero-copy, read-only views).  Calls are
 ``(call_id, payload)``; answers are ``(call_id, ok, result or error)`` and may
-come back in any order.  One-way messages (``call_id`` -1, :meth:`ChannelClient.post`)
+come back in any order.  A handler that returns an async iterator answers a
+*stream* (:meth:`ChannelClient.stream`): one ``(call_id, ITEM, item)`` frame per
+item as it is produced (the writer's buffer applies back-pressure), then the
+usual final answer; a client that stops reading sends ``(CANCEL, call_id)`` and
+the server stops the iterator.  One-way messages (``call_id`` -1, :meth:`ChannelClient.post`)
 get no answer: the server hands them to its synchronous ``oneway`` handler.  A client first
 sends the shared token; a server drops connections that don't.
 
@@ -23,12 +27,13 @@ public one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import itertools
 import logging
 import pickle
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from serve_app.errors import Unavailable, as_serve_error
@@ -74,6 +79,9 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
 Handler = Callable[[Any], Awaitable[Any]]
 OneWay = Callable[[Any], None]
 ONE_WAY = -1
+CANCEL = -2  # (CANCEL, call_id): the client no longer reads that stream
+ITEM = 2  # the ``ok`` slot of a frame that carries one item of a stream
+_DRAIN_BYTES = 1 << 20  # a stream waits for the socket when this much is buffered
 
 
 class _Outbox:
@@ -98,9 +106,20 @@ class _Outbox:
         if not self._writer.is_closing():
             self._writer.writelines(frames)
 
+    async def room(self) -> None:
+        """Wait while the socket's buffer is full (a stream's back-pressure)."""
+        transport = self._writer.transport
+        if transport.get_write_buffer_size() + sum(len(f) for f in self._frames) > _DRAIN_BYTES:
+            self._flush()
+            await self._writer.drain()
+
 
 class ChannelBroken(Unavailable):
     """The connection itself failed (as opposed to an error the other side answered with)."""
+
+
+def _forget(calls: dict[int, asyncio.Task[None]], call_id: int, _: asyncio.Task[None]) -> None:
+    calls.pop(call_id, None)
 
 
 class ChannelServer:
@@ -124,14 +143,22 @@ class ChannelServer:
             if not hmac.compare_digest(token, self._token):
                 return
             outbox = _Outbox(writer)
+            streams: dict[int, asyncio.Task[None]] = {}  # this connection's calls in progress, by id
             while True:
                 call_id, payload = await read_message(reader)
                 if call_id == ONE_WAY:
                     self._one_way(payload)
                     continue
+                if call_id == CANCEL:
+                    running = streams.get(payload)
+                    if running is not None:
+                        running.cancel()
+                    continue
                 task = asyncio.get_running_loop().create_task(self._call(call_id, payload, outbox))
+                streams[call_id] = task
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(functools.partial(_forget, streams, call_id))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
             pass
         except Exception:
@@ -150,7 +177,15 @@ class ChannelServer:
 
     async def _call(self, call_id: int, payload: Any, outbox: _Outbox) -> None:
         try:
-            message = (call_id, True, await self._handler(payload))
+            result = await self._handler(payload)
+            if isinstance(result, AsyncIterator):
+                async for item in result:
+                    outbox.put(encode((call_id, ITEM, item)))
+                    await outbox.room()
+                result = None
+            message = (call_id, True, result)
+        except asyncio.CancelledError:  # the client stopped reading this stream
+            return
         except Exception as exc:  # the caller gets the error; the connection stays up
             message = (call_id, False, as_serve_error(exc))
         outbox.put(encode(message))
@@ -167,6 +202,7 @@ class ChannelClient:
         self.address = address
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._streams: dict[int, asyncio.Queue[tuple[int, Any]]] = {}
         self._ids = itertools.count()
         self._reader_task: asyncio.Task[None] | None = None
         self.closed = False
@@ -206,11 +242,42 @@ class ChannelClient:
         self._outbox.put(encode((call_id, payload)))
         return fut
 
+    async def stream(self, payload: Any) -> AsyncGenerator[Any, None]:
+        """A call whose answer is a stream: its items as they arrive.  Leaving the loop early tells the
+        server to stop producing them."""
+        if self.closed or self._writer is None:
+            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+        call_id = next(self._ids)
+        queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self._streams[call_id] = queue
+        self.inflight += 1
+        ended = False
+        try:
+            self._outbox.put(encode((call_id, payload)))
+            while True:
+                kind, value = await queue.get()
+                if kind == ITEM:
+                    yield value
+                    continue
+                ended = True
+                if kind is False:
+                    raise value
+                return
+        finally:
+            self.inflight -= 1
+            self._streams.pop(call_id, None)
+            if not ended and not self.closed:
+                self._outbox.put(encode((CANCEL, call_id)))
+
     async def _read(self, reader: asyncio.StreamReader) -> None:
         reason = "connection closed"
         try:
             while True:
                 call_id, ok, result = await read_message(reader)
+                queue = self._streams.get(call_id)
+                if queue is not None:
+                    queue.put_nowait((ok, result))
+                    continue
                 fut = self._pending.get(call_id)
                 if fut is not None and not fut.done():
                     if ok:
@@ -231,6 +298,8 @@ class ChannelClient:
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
+        for queue in self._streams.values():
+            queue.put_nowait((False, err))
         if self._writer is not None:
             self._writer.close()
 

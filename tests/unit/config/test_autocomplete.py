@@ -275,7 +275,8 @@ def test_triton_defaults(tmp_path: Path, fixed: Path) -> None:
         ('platform: "tensorrt_plan"', "model.plan"),
         ('platform: "tensorrt_plan" default_model_filename: "engine.plan"', "engine.plan"),
         ('platform: "ensemble"', ""),
-        ('backend: "python"', ""),
+        ('backend: "python"', "model.py"),
+        ('backend: "python" default_model_filename: "serve.py"', "serve.py"),
         ("", ""),
     ],
 )

@@ -107,12 +107,37 @@ def test_unsupported_platform(platform: str) -> None:
     invalid(cfg, "platform", f"unsupported platform '{platform}'")
 
 
-@pytest.mark.parametrize("backend", ["python", "tensorflow", "openvino", "my_custom"])
+@pytest.mark.parametrize("backend", ["tensorflow", "openvino", "my_custom"])
 def test_unsupported_backend(backend: str) -> None:
     cfg = config()
     cfg.ClearField("platform")
     cfg.backend = backend
     invalid(cfg, "backend", f"unsupported backend '{backend}'")
+
+
+def test_python_backend_takes_no_platform() -> None:
+    cfg = config()
+    cfg.ClearField("platform")
+    cfg.backend = "python"
+    validate(cfg)
+    cfg.platform = "onnxruntime_onnx"
+    invalid(cfg, "platform", "backend 'python' takes no platform")
+
+
+def test_decoupled_needs_the_python_backend() -> None:
+    cfg = config()
+    cfg.model_transaction_policy.decoupled = True
+    invalid(cfg, "model_transaction_policy.decoupled", "backend 'python' only")
+    cfg.ClearField("platform")
+    cfg.backend = "python"
+    validate(cfg)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
+def test_response_timeout_must_be_positive(value: str) -> None:
+    cfg = config()
+    cfg.parameters["response_timeout_s"].string_value = value
+    invalid(cfg, "parameters", "'response_timeout_s' must be a positive number of seconds")
 
 
 def test_platform_and_backend_must_agree() -> None:

@@ -197,10 +197,10 @@ def test_no_platform_and_no_known_file(root: Path) -> None:
 
 
 def test_unsupported_backend(root: Path) -> None:
-    write(root / "py" / "config.pbtxt", 'backend: "python"')
-    write(root / "py" / "1" / "model.py", "")
-    message = load_error(root, "py")
-    assert message.startswith(f"model 'py', file '{root / 'py' / 'config.pbtxt'}': backend: unsupported backend")
+    write(root / "tf" / "config.pbtxt", 'backend: "tensorflow"')
+    write(root / "tf" / "1" / "model.savedmodel", "")
+    message = load_error(root, "tf")
+    assert message.startswith(f"model 'tf', file '{root / 'tf' / 'config.pbtxt'}': backend: unsupported backend")
 
 
 def test_ensemble_versions_are_directories(root: Path) -> None:

@@ -149,3 +149,99 @@ async def test_one_way_message_without_a_handler_is_ignored() -> None:
     finally:
         client.close()
         server.close()
+
+
+# -- streams ------------------------------------------------------------------------------------------
+async def test_a_stream_delivers_each_item_as_it_is_produced_then_ends() -> None:
+    produced = asyncio.Event()
+
+    async def handler(n: int) -> Any:
+        async def items() -> Any:
+            for i in range(n):
+                yield {"i": i, "data": np.full(3, i, np.int32)}
+                if i == 0:
+                    await produced.wait()  # the second item waits until the first was read
+
+        return items()
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    got = []
+    async for item in client.stream(3):
+        got.append(item["i"])
+        produced.set()
+    assert got == [0, 1, 2] and client.inflight == 0
+    assert await client.call(0) is None  # an empty stream answered as a call: nothing
+    client.close()
+    server.close()
+
+
+async def test_a_stream_that_fails_raises_after_its_items_and_the_connection_stays_up() -> None:
+    async def handler(payload: str) -> Any:
+        if payload == "plain":
+            return "fine"
+
+        async def items() -> Any:
+            yield 1
+            raise Unavailable("model gave up")
+
+        return items()
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    got = []
+    with pytest.raises(Unavailable, match="model gave up"):
+        async for item in client.stream("s"):
+            got.append(item)
+    assert got == [1] and await client.call("plain") == "fine"
+    client.close()
+    server.close()
+
+
+async def test_leaving_a_stream_early_stops_its_producer() -> None:
+    stopped = asyncio.Event()
+
+    async def handler(payload: None) -> Any:
+        async def items() -> Any:
+            try:
+                i = 0
+                while True:
+                    yield i
+                    i += 1
+                    await asyncio.sleep(0.001)
+            finally:
+                stopped.set()
+
+        return items()
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    stream = client.stream(None)
+    async for item in stream:
+        if item == 2:
+            break
+    await stream.aclose()  # type: ignore[attr-defined]
+    await asyncio.wait_for(stopped.wait(), 5)
+    client.close()
+    server.close()
+
+
+async def test_a_broken_connection_ends_a_stream_with_an_error() -> None:
+    async def handler(payload: None) -> Any:
+        async def items() -> Any:
+            yield 1
+            await asyncio.sleep(30)
+            yield 2
+
+        return items()
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    with pytest.raises(Unavailable):
+        async for _ in client.stream(None):
+            client._fail("test")
+    server.close()

@@ -1,0 +1,723 @@
+"""``triton_python_backend_utils``: what a Triton ``model.py`` imports, with Triton's names and messages.
+
+A model's code reaches this module as ``import triton_python_backend_utils as pb_utils`` (the
+backend registers it under that name before loading the model).  It follows Triton's
+``triton_python_backend_utils.py`` and the classes its stub binds from C++: tensors, requests
+and responses, errors, the response sender of decoupled models, BLS, logging and the helpers.
+Requests to other models (BLS) and model control go through the server (see ``context.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import queue
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from serve_app import datatypes
+from serve_app.backends.python.context import current
+from serve_app.backends.python.model_config import ModelConfig
+from serve_app.errors import ErrorCode, ServeError, error_of
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+__all__ = [
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_CPU_PINNED",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "Logger",
+    "ModelConfig",
+    "PreferredMemory",
+    "ResponseIterator",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
+    "using_decoupled_model_transaction_policy",
+]
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
+
+# TRITONSERVER_DataType codes (tritonserver.h), as Tensor.triton_dtype() reports them.
+_TRITON_TYPES: dict[str, int] = {
+    "BOOL": 1,
+    "UINT8": 2,
+    "UINT16": 3,
+    "UINT32": 4,
+    "UINT64": 5,
+    "INT8": 6,
+    "INT16": 7,
+    "INT32": 8,
+    "INT64": 9,
+    "FP16": 10,
+    "FP32": 11,
+    "FP64": 12,
+    "BYTES": 13,
+    "BF16": 14,
+}
+_TYPE_NAMES = {code: name for name, code in _TRITON_TYPES.items()}
+_RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+)
+
+logger = logging.getLogger("ray.serve")
+
+
+# -- errors -------------------------------------------------------------------------------------------
+class TritonModelException(Exception):
+    """What model code raises to fail its execution (its text becomes the requests' error)."""
+
+
+class TritonError:
+    """An error a response carries (not an exception: to raise, use TritonModelException)."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    _CODES: dict[int, ErrorCode] = {
+        UNKNOWN: ErrorCode.UNKNOWN,
+        INTERNAL: ErrorCode.INTERNAL,
+        NOT_FOUND: ErrorCode.NOT_FOUND,
+        INVALID_ARG: ErrorCode.INVALID_ARG,
+        UNAVAILABLE: ErrorCode.UNAVAILABLE,
+        UNSUPPORTED: ErrorCode.UNSUPPORTED,
+        ALREADY_EXISTS: ErrorCode.ALREADY_EXISTS,
+        CANCELLED: ErrorCode.CANCELLED,
+    }
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def as_serve_error(self) -> ServeError:
+        return error_of(self._CODES.get(self._code, ErrorCode.INTERNAL), self._message)
+
+    @classmethod
+    def from_serve_error(cls, error: ServeError) -> TritonError:
+        by_code = {v: k for k, v in cls._CODES.items()}
+        return cls(error.message, by_code.get(error.code, cls.INTERNAL))
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, {self._code})"
+
+
+# -- tensors ------------------------------------------------------------------------------------------
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """The TRITONSERVER_DataType code of a numpy dtype (object and bytes: BYTES); None if it has none."""
+    dtype = np.dtype(data_type)
+    if dtype.kind in ("O", "S"):
+        return _TRITON_TYPES["BYTES"]
+    for name, code in _TRITON_TYPES.items():
+        if name not in ("BYTES", "BF16") and datatypes.from_wire(name).numpy == dtype:
+            return code
+    return None
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    name = _TYPE_NAMES.get(int(data_type))
+    if name is None or name == "BF16":
+        return None
+    return np.object_ if name == "BYTES" else datatypes.from_wire(name).numpy.type
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """``"TYPE_FP32"`` -> ``numpy.float32`` (``TYPE_STRING`` -> ``numpy.object_``); KeyError if unknown."""
+    if triton_type_string == "TYPE_STRING":
+        return np.object_
+    if triton_type_string == "TYPE_BOOL":
+        return bool
+    name = triton_type_string.removeprefix("TYPE_")
+    if triton_type_string == name or name not in _TRITON_TYPES or name in ("BYTES", "BF16"):
+        raise KeyError(triton_type_string)
+    return datatypes.from_wire(name).numpy.type
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
+    """Each element as a 4-byte little-endian length and its bytes (str elements UTF-8), as one byte array."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype.kind not in ("O", "S"):
+        return None
+    parts = []
+    for value in input_tensor.ravel(order="C"):
+        raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        parts.append(struct.pack("<I", len(raw)) + raw)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    """The elements of a serialized BYTES tensor, as a 1-D object array of ``bytes``."""
+    data = bytes(encoded_tensor)
+    out, offset = [], 0
+    while offset < len(data):
+        (size,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        out.append(data[offset : offset + size])
+        offset += size
+    return np.array(out, dtype=np.object_)
+
+
+class Tensor:
+    """A named tensor on the CPU: ``Tensor(name, numpy_array)``."""
+
+    def __init__(self, name: str, data: Any, *_: Any) -> None:
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        array = np.asarray(data)
+        if array.dtype.kind == "U":
+            raise TritonModelException(
+                f"Tensor '{name}' has numpy dtype {array.dtype}, which has no Triton datatype; use dtype=object "
+                "with bytes (or numpy.bytes_) for BYTES tensors"
+            )
+        if array.dtype.kind == "S":
+            array = array.astype(np.object_)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        self._name = name
+        self._data = array
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._data
+
+    def triton_dtype(self) -> int | None:
+        return numpy_to_triton_type(self._data.dtype)
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._data.shape]
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        if self._data.dtype.kind == "O":
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return self._data.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
+    @staticmethod
+    def from_dlpack(name: str, dlpack: Any) -> Tensor:
+        if not (hasattr(dlpack, "__dlpack__") and hasattr(dlpack, "__dlpack_device__")):
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have `__dlpack__` and "
+                "`__dlpack_device__` attributes"
+            )
+        array = np.from_dlpack(dlpack)
+        if not array.flags.c_contiguous:
+            raise TritonModelException(
+                "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are "
+                "supported."
+            )
+        return Tensor(name, array)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._data.dtype})"
+
+
+class PreferredMemory:
+    def __init__(self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+# -- responses ------------------------------------------------------------------------------------------
+def _check_parameters(parameters: Any) -> dict[str, Any]:
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise TypeError(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+    return dict(parameters)
+
+
+class InferenceResponse:
+    """``InferenceResponse(output_tensors=[...], error=None, parameters=None)``."""
+
+    def __init__(
+        self, output_tensors: list[Tensor] | None = None, error: TritonError | None = None, parameters: Any = None
+    ) -> None:
+        tensors = list(output_tensors) if output_tensors is not None else []
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"output_tensors must hold pb_utils.Tensor objects, found {type(t).__name__}")
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"error must be a pb_utils.TritonError, found {type(error).__name__}")
+        self._tensors = tensors
+        self._error = error
+        self._parameters = _check_parameters(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters, separators=(",", ":"))
+
+    def parameter_dict(self) -> dict[str, Any]:
+        return self._parameters
+
+    @classmethod
+    def from_infer_response(cls, response: InferResponse) -> InferenceResponse:
+        tensors = [Tensor(t.name, t.data) for t in response.outputs]
+        params = {k: v for k, v in response.parameters.items() if isinstance(v, (bool, int, str))}
+        return cls(tensors, parameters=params)
+
+
+Emit = Callable[[InferenceResponse | None, int], None]
+
+
+class InferenceResponseSender:
+    """How a request is answered outside ``execute``'s return: ``send(response, flags)`` and FINAL."""
+
+    def __init__(self, emit: Emit, cancelled: Callable[[], bool], decoupled: bool) -> None:
+        self._emit = emit
+        self._cancelled = cancelled
+        self._decoupled = decoupled
+        self._closed = False
+        self._sent = 0
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if not self._decoupled:
+            if response is not None and self._sent:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send more than one response."
+                )
+            if response is None and not self._sent:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
+                )
+        if response is not None:
+            self._sent += 1
+        if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+        self._emit(response, flags)
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled()
+
+    def close(self) -> None:
+        """The backend closed it (the request failed as a whole): later sends raise."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+# -- requests -----------------------------------------------------------------------------------------
+class ResponseIterator:
+    """The responses of a decoupled BLS request, as they come (``cancel()`` stops them)."""
+
+    _END = object()
+
+    def __init__(self, responses: queue.SimpleQueue[Any], cancel: Callable[[], None]) -> None:
+        self._responses = responses
+        self._cancel = cancel
+        self._done = False
+
+    def __iter__(self) -> Iterator[InferenceResponse]:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._done:
+            raise StopIteration
+        item = self._responses.get()
+        if item is ResponseIterator._END:
+            self._done = True
+            raise StopIteration
+        return item  # type: ignore[no-any-return]
+
+    def cancel(self) -> None:
+        self._cancel()
+
+
+class InferenceRequest:
+    """A request: one of those ``execute`` receives, or one a model builds for another model (BLS)."""
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: list[Tensor] | None = None,
+        requested_output_names: list[str] | None = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: Any = None,
+        parameters: Any = None,
+    ) -> None:
+        if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs or [])
+        for t in self._inputs:
+            if t is None:
+                raise TritonModelException(
+                    f"Input tensor for request with id '{request_id}' and model name '{model_name}' should not be "
+                    "empty."
+                )
+        names = list(requested_output_names or [])
+        for name in names:
+            if not name:
+                raise TritonModelException(
+                    f"Requested output name for request with id '{request_id}' and model name '{model_name}' "
+                    "should not be empty."
+                )
+        self._requested = names
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = _check_parameters(parameters) if not isinstance(parameters, str) else json.loads(parameters)
+        self._sender: InferenceResponseSender | None = None
+        self._cancelled: Callable[[], bool] = lambda: False
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    # -- as ``execute`` receives it
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> set[str]:
+        return set(self._requested)
+
+    def request_id(self) -> str:
+        return self._id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters, separators=(",", ":"))
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            raise TritonModelException("this request has no response sender: it was built for a BLS call")
+        return self._sender
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled()
+
+    def set_release_flags(self, flags: int) -> None:
+        self._release_flags = flags
+
+    def trace(self) -> Any:
+        return None
+
+    # -- as a BLS call to another model
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on ``model_name`` and wait: an InferenceResponse (errors inside it), or, with
+        ``decoupled``, an iterator of the responses."""
+        ctx = _bls_context()
+        request = self._to_infer_request()
+        if isinstance(ctx, InferenceResponse):
+            return ResponseIterator(_done_queue(ctx), lambda: None) if decoupled else ctx
+        assert ctx.link is not None and ctx.event_loop() is not None
+        if decoupled:
+            return self._stream(ctx, request)
+        future = asyncio.run_coroutine_threadsafe(_bls_one(ctx, request), ctx.event_loop())
+        return future.result()
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        """:meth:`exec` as an awaitable, from an ``async def execute``."""
+        ctx = _bls_context()
+        request = self._to_infer_request()
+        loop = asyncio.get_running_loop()
+        if isinstance(ctx, InferenceResponse):
+            done = loop.create_future()
+            done.set_result(ResponseIterator(_done_queue(ctx), lambda: None) if decoupled else ctx)
+            return done
+        assert ctx.link is not None and ctx.event_loop() is not None
+        if decoupled:
+            return loop.run_in_executor(None, self._stream, ctx, request)
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_bls_one(ctx, request), ctx.event_loop()))
+
+    def _stream(self, ctx: Any, request: InferRequest) -> ResponseIterator:
+        responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        future = asyncio.run_coroutine_threadsafe(_bls_stream(ctx, request, responses), ctx.event_loop())
+        return ResponseIterator(responses, functools.partial(_cancel, future))
+
+    def _to_infer_request(self) -> InferRequest:
+        if not self._model_name:
+            raise TritonModelException("a BLS request needs 'model_name'")
+        inputs = []
+        for t in self._inputs:
+            data = t.as_numpy()
+            name = _TYPE_NAMES.get(t.triton_dtype() or 0, "")
+            if not name:
+                raise TritonModelException(f"input '{t.name()}' has a dtype ({data.dtype}) with no Triton datatype")
+            inputs.append(InferTensor(t.name(), name, tuple(data.shape), data))
+        params: dict[str, Any] = dict(self._parameters)
+        if self._correlation_id:
+            params["sequence_id"] = self._correlation_id
+        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+            params["sequence_start"] = True
+        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+            params["sequence_end"] = True
+        if self._timeout:
+            params["timeout"] = int(self._timeout)
+        version = "" if self._model_version is None or int(self._model_version) < 0 else str(self._model_version)
+        return InferRequest(
+            model_name=self._model_name,
+            model_version=version,
+            id=self._id,
+            inputs=inputs,
+            outputs=[RequestedOutput(n) for n in self._requested],
+            parameters=params,
+        )
+
+    @classmethod
+    def received(
+        cls,
+        request_id: str,
+        inputs: dict[str, np.ndarray],
+        requested: tuple[str, ...],
+        parameters: dict[str, Any],
+        *,
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        timeout_us: int = 0,
+    ) -> InferenceRequest:
+        """A request as ``execute`` receives it (reserved parameters are the server's, not the model's)."""
+        params = {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS and not k.startswith("triton_")}
+        request = cls(
+            request_id=request_id,
+            correlation_id=correlation_id,
+            inputs=[Tensor(name, array) for name, array in inputs.items()],
+            requested_output_names=list(requested),
+            flags=flags,
+            timeout=timeout_us,
+        )
+        request._parameters = params
+        return request
+
+    def attach(self, sender: InferenceResponseSender, cancelled: Callable[[], bool]) -> None:
+        self._sender = sender
+        self._cancelled = cancelled
+
+
+def _cancel(future: Any) -> None:
+    future.cancel()
+
+
+def _bls_context() -> Any:
+    """The calling model's context, or the error response a BLS call gets without one."""
+    ctx = current()
+    if ctx is None or not ctx.in_execute:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    if ctx.link is None or ctx.event_loop() is None:
+        return InferenceResponse(error=TritonError("BLS is not available in this server process"))
+    return ctx
+
+
+def _done_queue(response: InferenceResponse) -> queue.SimpleQueue[Any]:
+    q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    q.put(response)
+    q.put(ResponseIterator._END)
+    return q
+
+
+async def _bls_one(ctx: Any, request: InferRequest) -> InferenceResponse:
+    try:
+        return InferenceResponse.from_infer_response(await ctx.link.infer(request))
+    except ServeError as exc:
+        return InferenceResponse(error=TritonError.from_serve_error(exc))
+    except Exception as exc:
+        return InferenceResponse(error=TritonError(f"An error occurred while performing BLS request: {exc}"))
+
+
+async def _bls_stream(ctx: Any, request: InferRequest, responses: queue.SimpleQueue[Any]) -> None:
+    """A decoupled BLS call's responses into ``responses`` (a flag-only final as an empty response, as in
+    Triton, where the iterator's last response may have no outputs)."""
+    try:
+        async for item in ctx.link.infer_stream(request):
+            if item.error is not None:
+                responses.put(InferenceResponse(error=TritonError.from_serve_error(item.error)))
+            elif item.response is not None:
+                responses.put(InferenceResponse.from_infer_response(item.response))
+            else:
+                responses.put(InferenceResponse())
+            if item.final:
+                break
+    except ServeError as exc:
+        responses.put(InferenceResponse(error=TritonError.from_serve_error(exc)))
+    except Exception as exc:
+        responses.put(InferenceResponse(error=TritonError(f"An error occurred while performing BLS request: {exc}")))
+    finally:
+        responses.put(ResponseIterator._END)
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    for t in inference_request.inputs():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    for t in inference_response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for spec in model_config.get("input", []):
+        if spec.get("name") == name:
+            return spec  # type: ignore[no-any-return]
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for spec in model_config.get("output", []):
+        if spec.get("name") == name:
+            return spec  # type: ignore[no-any-return]
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def get_model_dir() -> str:
+    """The directory of the running model's ``model.py`` (its version directory)."""
+    ctx = current()
+    if ctx is None:
+        raise TritonModelException("get_model_dir() is only available to a model's code")
+    return ctx.model_dir
+
+
+class Logger:
+    """Triton's model logger: records go to the server's log with the model's name."""
+
+    INFO = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
+
+    @staticmethod
+    def log(message: str, level: int = logging.INFO) -> None:
+        ctx = current()
+        prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
+        logger.log(level, "%s%s", prefix, message)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger.log(message, Logger.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger.log(message, Logger.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger.log(message, Logger.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger.log(message, Logger.VERBOSE)
+
+
+def _control(call: Callable[[Any], Any], what: str) -> Any:
+    ctx = current()
+    if ctx is None or ctx.link is None or ctx.event_loop() is None:
+        raise TritonModelException(f"{what} is only available to a model's code while the server runs")
+    try:
+        loop = ctx.event_loop()
+        assert loop is not None  # checked above
+        return asyncio.run_coroutine_threadsafe(call(ctx.link), loop).result()
+    except ServeError as exc:
+        raise TritonModelException(exc.message) from None
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load (or reload) ``model_name`` through model control (explicit mode)."""
+    _control(lambda link: link.load(model_name, config or "", dict(files or {})), "load_model")
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    _control(lambda link: link.unload(model_name, unload_dependents), "unload_model")
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    return bool(_control(lambda link: link.is_ready(model_name, str(model_version)), "is_model_ready"))

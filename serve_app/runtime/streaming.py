@@ -1,0 +1,45 @@
+"""A decoupled execution as an async stream: the model's responses as it sends them, from any thread.
+
+The model's ``execute`` runs on the instance's thread and may return before
+it has answered (its responses then come from threads of its own); each
+response crosses to the event loop through a queue, and the stream ends once
+every request of the execution has had its final response.  Closing the
+stream early (its client went away) marks the requests still open as
+cancelled, which the model reads through ``is_cancelled()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator
+from concurrent.futures import Executor
+
+from serve_app.inference.execution import Execution, PartResult
+from serve_app.runtime.instance import ModelInstance
+
+
+async def stream_execution(
+    instance: ModelInstance, execution: Execution, thread: Executor
+) -> AsyncGenerator[tuple[int, PartResult], None]:
+    """(request index, response) pairs of ``execution`` on ``instance`` (``thread``: where it executes)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, PartResult]] = asyncio.Queue()
+    open_parts = set(range(max(1, len(execution.parts))))
+    cancelled: set[int] = set()
+
+    def emit(index: int, part: PartResult) -> None:
+        if not loop.is_closed():  # a model may send long after its stream was given up (and its loop gone)
+            loop.call_soon_threadsafe(queue.put_nowait, (index, part))
+
+    started = time.perf_counter_ns()
+    try:
+        await loop.run_in_executor(thread, instance.stream, execution, emit, cancelled.__contains__)
+        while open_parts:
+            index, part = await queue.get()
+            if part.final:
+                open_parts.discard(index)
+                part.compute_ns = time.perf_counter_ns() - started
+            yield index, part
+    finally:
+        cancelled.update(open_parts)
