@@ -11,6 +11,7 @@ itself would answer INTERNAL), in-band on a stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -18,13 +19,16 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from serve_app.errors import InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.inference.options import EMPTY_FINAL
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import grpc_codec, repository_codec, stats_codec
 from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
+from serve_app.scheduling.decoupled_scheduler import DECOUPLED_UNARY
 from serve_app.service import InferenceService
 
 SERVICE_NAME = "inference.GRPCInferenceService"
+FINAL_RESPONSE = "triton_final_response"  # the response parameter that marks a request's last response
 MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the stream waits beyond that
 
 UnaryHandler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
@@ -109,6 +113,8 @@ class InferenceServicer:
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         model = self.service.model(request.model_name, request.model_version)
+        if model.is_decoupled:
+            raise Unsupported(DECOUPLED_UNARY)
         req = grpc_codec.decode_model_infer_request(request, self.limits)
         resp = await self.service.infer(model, req)
         return grpc_codec.encode_model_infer_response(resp)
@@ -128,7 +134,8 @@ class InferenceServicer:
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                responses.put_nowait(await self._stream_response(request))
+                async for response in self._stream_responses(request):
+                    responses.put_nowait(response)
             finally:
                 room.release()
 
@@ -153,22 +160,60 @@ class InferenceServicer:
             for task in tasks:
                 task.cancel()
 
-    async def _stream_response(self, request: pb.ModelInferRequest | MalformedRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_responses(
+        self, request: pb.ModelInferRequest | MalformedRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """A request's responses on the stream: one for most models, each one a decoupled model sends (with
+        ``triton_final_response``).  Errors travel as ``error_message``; the stream stays open."""
         if isinstance(request, MalformedRequest):
-            return pb.ModelStreamInferResponse(error_message=request.error.message)
+            yield pb.ModelStreamInferResponse(error_message=request.error.message)
+            return
+        final = True
         try:
             model = self.service.model(request.model_name, request.model_version)
+            empty_final = _empty_final_wanted(request)
             req = grpc_codec.decode_model_infer_request(request, self.limits)
-            resp = await self.service.infer(model, req)
-            return pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_model_infer_response(resp))
+            async with contextlib.aclosing(self.service.infer_stream(model, req)) as items:
+                async for item in items:
+                    final = item.final
+                    if item.error is not None:
+                        yield _error_response(request, item.error, final if model.is_decoupled else None)
+                        continue
+                    if item.response is None:  # the final flag alone
+                        if empty_final:
+                            yield _flag_only_final(request)
+                        continue
+                    out = grpc_codec.encode_model_infer_response(item.response)
+                    out.parameters[FINAL_RESPONSE].bool_param = item.final
+                    yield pb.ModelStreamInferResponse(infer_response=out)
         except Exception as exc:
-            err = as_serve_error(exc)
-            return pb.ModelStreamInferResponse(
-                error_message=err.message,
-                infer_response=pb.ModelInferResponse(
-                    model_name=request.model_name, model_version=request.model_version, id=request.id
-                ),
-            )
+            yield _error_response(request, as_serve_error(exc), None)
+
+
+def _empty_final_wanted(request: pb.ModelInferRequest) -> bool:
+    """The request's ``triton_enable_empty_final_response`` (a bool_param), as Triton reads it."""
+    param = request.parameters.get(EMPTY_FINAL)
+    if param is None:
+        return False
+    if param.WhichOneof("parameter_choice") != "bool_param":
+        raise InvalidArgument(f"invalid value type for '{EMPTY_FINAL}' parameter, expected bool_param.")
+    return bool(param.bool_param)
+
+
+def _error_response(
+    request: pb.ModelInferRequest, error: ServeError, final: bool | None
+) -> pb.ModelStreamInferResponse:
+    out = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+    if final is not None:
+        out.parameters[FINAL_RESPONSE].bool_param = final
+    return pb.ModelStreamInferResponse(error_message=error.message, infer_response=out)
+
+
+def _flag_only_final(request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    """What Triton writes for a decoupled request's final flag when the client asked for it: no outputs."""
+    out = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+    out.parameters[FINAL_RESPONSE].bool_param = True
+    return pb.ModelStreamInferResponse(infer_response=out)
 
 
 # RPC name -> (request type, response type, client streaming)

@@ -19,7 +19,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serve_app.config import config_to_json
-from serve_app.errors import Cancelled, InvalidArgument, ServeError, as_serve_error
+from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.http_server.generate import generate_routes
 from serve_app.inference.types import InferRequest
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import http_codec, repository_codec, stats_codec
@@ -30,6 +31,7 @@ from serve_app.service.inference_service import ModelMetadata
 
 JSON = "application/json"
 HEADER_LENGTH = "Inference-Header-Content-Length"
+DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -116,6 +118,8 @@ def build_http_app(
     async def infer(request: Request) -> Response:
         name, version = model_args(request)
         model = service.model(name, version)
+        if model.is_decoupled:  # before the body is read, as Triton checks
+            raise Unsupported(DECOUPLED_HTTP)
         body = await read_body(request, limits)
         header_length = request.headers.get(HEADER_LENGTH)
         req: InferRequest = http_codec.decode_infer_request(
@@ -207,5 +211,6 @@ def build_http_app(
             Route(f"{prefix}/load", guarded(repository_load), methods=["POST"]),
             Route(f"{prefix}/unload", guarded(repository_unload), methods=["POST"]),
         ]
+    routes += generate_routes(service, limits, read_body, guarded)
     routes += extra_routes or []
     return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})

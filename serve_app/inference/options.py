@@ -24,14 +24,20 @@ _UINT64_MAX = 2**64 - 1
 CorrId = int | str
 
 RESERVED_PREFIX = "triton_"
-# Keys a stock client may send that Triton accepts (and we ignore).
-ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
+# The one reserved key Triton's gRPC front end accepts (its streams read it); HTTP accepts none.
+EMPTY_FINAL = "triton_enable_empty_final_response"
+GRPC_ALLOWED_RESERVED = frozenset({EMPTY_FINAL})
 
 
-def strip_reserved(params: MutableMapping[str, ParamValue]) -> None:
-    """Drop the reserved keys Triton tolerates; reject the others as Triton does."""
+def strip_reserved(params: MutableMapping[str, ParamValue], allowed: frozenset[str] = frozenset()) -> None:
+    """Drop the reserved keys in ``allowed`` (the front end read them); reject the others as Triton does."""
     for key in [k for k in params if k.startswith(RESERVED_PREFIX)]:
-        if key not in ALLOWED_RESERVED:
+        if key not in allowed:
+            if allowed:
+                raise InvalidArgument(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
+                    f"starting with 'triton_' are allowed: {', '.join(sorted(allowed))}"
+                )
             raise InvalidArgument(
                 "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
             )

@@ -17,7 +17,7 @@ import numpy as np
 
 from serve_app import datatypes
 from serve_app.errors import InternalError, InvalidArgument
-from serve_app.inference.options import strip_reserved
+from serve_app.inference.options import GRPC_ALLOWED_RESERVED, strip_reserved
 from serve_app.inference.types import (
     InferRequest,
     InferResponse,
@@ -123,7 +123,7 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
         )
 
     parameters = params_from_pb(msg.parameters)
-    strip_reserved(parameters)
+    strip_reserved(parameters, GRPC_ALLOWED_RESERVED)
 
     budget = ElementBudget(model, limits)
     for io in msg.inputs:  # every declared shape is counted before any input is decoded

@@ -354,7 +354,7 @@ def encode_infer_response(
             entry["parameters"] = {BINARY_DATA_SIZE: len(raw)}
             chunks.append(raw)
         else:
-            entry["data"] = _json_data(t)
+            entry["data"] = json_data(t)
         outputs_json.append(entry)
 
     doc: dict[str, object] = {"model_name": response.model_name, "model_version": str(response.model_version)}
@@ -374,7 +374,7 @@ def _plain(value: object) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _json_data(t: InferTensor) -> list[Any]:
+def json_data(t: InferTensor) -> list[Any]:
     dt = datatypes.from_wire(t.datatype)
     arr = np.asarray(t.data)
     if dt.wire_name == "BF16":

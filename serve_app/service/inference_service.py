@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
-from serve_app.errors import InvalidArgument, Unavailable
+from serve_app.errors import InvalidArgument, Unavailable, Unsupported
 from serve_app.inference.classification import apply_classification
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
@@ -236,7 +236,12 @@ class InferenceService:
 
     async def _infer_step(self, request: InferRequest) -> InferResponse:
         """An ensemble step: a request to the model the step names, as a client's would be."""
-        return await self._infer(self.model(request.model_name, request.model_version), request)
+        model = self.model(request.model_name, request.model_version)
+        if model.is_decoupled:
+            raise Unsupported(
+                f"ensemble step model '{model.name}' is decoupled: ensembles of decoupled models are not supported"
+            )
+        return await self._infer(model, request)
 
     def scheduler(self, model: ServedModel) -> Scheduler:
         """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""

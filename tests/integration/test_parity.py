@@ -148,7 +148,6 @@ CASES = [
         inputs=GOOD,
         outputs=(("OUTPUT0", {"shared_memory_region": "shm0"}),),
     ),
-    Case("reserved-parameter", 400, "reserved for Triton usage", inputs=GOOD, parameters={"triton_secret": 1}),
     Case("backend-raises", 500, "ValueError: engine fell over", inputs=GOOD, setup=_explode),
 ]
 
@@ -268,3 +267,19 @@ async def test_model_is_resolved_before_decoding_on_both_protocols(
     (status, http_message), (code, grpc_message) = await both(http, grpc_stub, case)
     assert status == case.status and case.fragment in http_message  # HTTP gets this right today
     assert (code, grpc_message) == (STATUS_PAIRS[status], http_message)
+
+
+async def test_reserved_parameters_follow_each_front_end(
+    http: httpx.AsyncClient, grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub
+) -> None:
+    """As in Triton: HTTP refuses every 'triton_' key; gRPC lists the one it accepts (its streams read it)."""
+    case = Case("reserved", 400, "", inputs=GOOD, parameters={"triton_secret": 1})
+    (status, http_message), (code, grpc_message) = await both(http, grpc_stub, case)
+    assert status == 400 and code == grpc.StatusCode.INVALID_ARGUMENT
+    assert http_message == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+    )
+    assert grpc_message == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting "
+        "with 'triton_' are allowed: triton_enable_empty_final_response"
+    )

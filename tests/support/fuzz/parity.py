@@ -24,10 +24,15 @@ class ParityCases(RequestGenerator):
             t.name, t.datatype = utf8(str(t.name)), utf8(str(t.datatype))
             t.shape = [d for d in t.shape if isinstance(d, int) and -(2**63) <= d < 2**63]
         req.outputs = [(utf8(str(n)), p) for n, p in req.outputs]
-        req.parameters = {  # binary_data_output is HTTP's alone: gRPC ignores it, as Triton does
+        # binary_data_output is HTTP's alone: gRPC ignores it, as Triton does; reserved 'triton_' keys are
+        # judged differently by each front end, as in Triton (gRPC accepts triton_enable_empty_final_response)
+        req.parameters = {
             k: utf8(v) if isinstance(v, str) else v
             for k, v in req.parameters.items()
-            if isinstance(v, (bool, int, float, str)) and k != "binary_data_output" and representable(k, v)
+            if isinstance(v, (bool, int, float, str))
+            and k != "binary_data_output"
+            and not str(k).startswith("triton_")
+            and representable(k, v)
         }
         doc, tail = http_doc(req, set(range(len(req.inputs))))
         http = http_case("parity." + label, req, doc, tail, self.maybe_unavailable(req))
