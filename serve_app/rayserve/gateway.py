@@ -16,12 +16,15 @@ a reload loses no request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from serve_app.front_ends import start_front_ends
 from serve_app.hosting import InstanceLoad
+from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.keys import ModelKey
 from serve_app.placement import KIND_CPU, HostPool
 from serve_app.rayserve.executor import RayModelExecutor
@@ -29,6 +32,7 @@ from serve_app.rayserve.manager_client import ManagerClient
 from serve_app.rayserve.model_apps import gateway_pool
 from serve_app.rayserve.pool_host import PoolHost
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
+from serve_app.service.server_link import ServiceLink
 from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
 from serve_app.stats import ModelStats
@@ -44,13 +48,15 @@ class Gateway:
         self.settings = settings
         self.registry = ModelRegistry()
         self._manager = manager
+        self.link = ServiceLink()  # Python models' BLS calls: from instances held here, and from other processes
+        self.link.loop = asyncio.get_running_loop()
         # The node's shared CPU instances live here when the gateways hold them (no hop to them).
         self.hosting: PoolHost | None = None
         if settings.cpu_instances_in_gateway and settings.shared_hosts and settings.direct_channel:
             gateways = gateway_pool(settings)
             assert gateways is not None
             pool = HostPool("cpu", KIND_CPU, gateways[2], 0.0, in_deployment=(gateways[0], gateways[1]))
-            self.hosting = PoolHost(pool, manager, devices=False)
+            self.hosting = PoolHost(pool, manager, devices=False, link=self.link)
             await self.hosting.start(token)
         self.executor = RayModelExecutor(
             inflight_per_instance=settings.max_inflight_per_instance,
@@ -69,6 +75,7 @@ class Gateway:
             max_queued=settings.max_queue_size,
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
         )
+        self.link.service = self.service
         self._apply_lock = asyncio.Lock()
         if self.hosting is not None:
             await self._take_content()
@@ -88,6 +95,24 @@ class Gateway:
         failed = {group: error for group, error in statuses.items() if error}
         if failed:
             await self._manager.hosting_failed.remote(self.hosting.pool.name, failed)
+
+    # -- what Python models elsewhere call (BLS and model control through the schedulers here) ---------
+    async def bls_infer(self, request: InferRequest) -> InferResponse:
+        return await self.link.infer(request)
+
+    async def bls_stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        async with contextlib.aclosing(self.link.infer_stream(request)) as items:
+            async for item in items:
+                yield item
+
+    async def bls_load(self, name: str, config: str, files: dict[str, bytes]) -> None:
+        await self.link.load(name, config, files)
+
+    async def bls_unload(self, name: str, unload_dependents: bool) -> None:
+        await self.link.unload(name, unload_dependents)
+
+    async def bls_is_ready(self, name: str, version: str) -> bool:
+        return await self.link.is_ready(name, version)
 
     # -- holding instances (the Serve calls a host pool answers) --------------------------------
     async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:

@@ -44,7 +44,11 @@ class HostPools:
         """The pool's application, to run (``options``: its deployment's Serve options)."""
         from serve_app.rayserve.host_replica import HostReplica
 
-        return serve.deployment(HostReplica).options(name=pool.deployment, **options).bind(pool, token, manager)
+        return (
+            serve.deployment(HostReplica)
+            .options(name=pool.deployment, **options)
+            .bind(pool, token, manager, self.settings.app_name)
+        )
 
     # -- content -----------------------------------------------------------------------
     def content(self, pool: str) -> tuple[int, tuple[InstanceLoad, ...]]:

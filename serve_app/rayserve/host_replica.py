@@ -10,13 +10,15 @@ from typing import Any
 
 from serve_app.hosting import InstanceLoad
 from serve_app.placement import HostPool
+from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.rayserve.pool_host import PoolHost
 
 
 class HostReplica:
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
-    async def __init__(self, pool: HostPool, token: bytes, manager: Any) -> None:  # type: ignore[misc]
-        self.hosting = PoolHost(pool, manager)  # sets the process's devices first
+    async def __init__(self, pool: HostPool, token: bytes, manager: Any, server_app: str) -> None:  # type: ignore[misc]
+        """``server_app``: the server's Serve application (its gateways answer Python models' BLS calls)."""
+        self.hosting = PoolHost(pool, manager, link=GatewayLink(server_app))  # sets the process's devices first
         await self.hosting.start(token)
         self.hosting.follow()
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serve_app.autoscale import AutoscalingSpec, serve_autoscaling_config
+from serve_app.backends.python.environment import pip_requirements
 from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models
 from serve_app.config.hosting import dedicated_process
@@ -152,11 +153,23 @@ def plan_model_apps(
                     continue
                 dname = deployment_name(name, version, group.group_index, group.device)
                 aname = app_name(settings.app_name, dname, gen)
-                options = replica_options(group, settings, scaling, sequence)
+                options = replica_options(
+                    group, settings, scaling, sequence, pip_requirements(model_file.parent.parent)
+                )
                 out.apps[aname] = (
                     serve.deployment(ModelReplica)
                     .options(name=dname, **options)
-                    .bind(name, version, config_bytes, str(model_file), group.kind, token, instance_spec(group), gen)
+                    .bind(
+                        name,
+                        version,
+                        config_bytes,
+                        str(model_file),
+                        group.kind,
+                        token,
+                        instance_spec(group),
+                        gen,
+                        settings.app_name,
+                    )
                 )
                 start = scaling.initial_replicas or scaling.min_replicas if scaling else group.num_replicas
                 refs.append(DeploymentRef(aname, dname, max(1, start or 1), scaling is not None))
@@ -209,13 +222,21 @@ def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:
 
 
 def replica_options(
-    group: ReplicaGroup, settings: ServerSettings, scaling: AutoscalingSpec | None = None, sequence: bool = False
+    group: ReplicaGroup,
+    settings: ServerSettings,
+    scaling: AutoscalingSpec | None = None,
+    sequence: bool = False,
+    pip: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Serve deployment options for one replica group (one replica = one Triton instance)."""
+    """Serve deployment options for one replica group (one replica = one Triton instance).  ``pip``: packages
+    Ray installs into the replicas' runtime environment (a Python model's ``requirements.txt``)."""
+    runtime_env: dict[str, Any] = {"env_vars": REPLICA_ENV}
+    if pip:
+        runtime_env["pip"] = list(pip)
     actor: dict[str, Any] = {
         "num_cpus": group.num_cpus,
         "num_gpus": group.num_gpus,
-        "runtime_env": {"env_vars": REPLICA_ENV},
+        "runtime_env": runtime_env,
     }
     if group.resources:
         actor["resources"] = dict(group.resources)

@@ -12,6 +12,7 @@ reach an instance in a shared host.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -21,6 +22,7 @@ from serve_app.hosting import HostedInstance, InstanceHost, InstanceLoad
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.keys import ModelKey
 from serve_app.placement import InstanceSpec
+from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.runtime import ModelInstance
 from serve_app.transport import ChannelServer
 
@@ -39,7 +41,9 @@ class ModelReplica:
         channel_token: bytes = b"",
         spec: InstanceSpec | None = None,
         generation: int = 0,
+        server_app: str = "",
     ) -> None:
+        """``server_app``: the server's Serve application, whose gateways answer a Python model's BLS calls."""
         # Devices first, before anything can initialise CUDA in this process.
         spec = spec or InstanceSpec(model_name)
         gpu_ids = set_visible_devices(kind, spec.device)
@@ -50,7 +54,8 @@ class ModelReplica:
         self.name = model_name
         self.version = version
         load = InstanceLoad(ModelKey(model_name, version, generation), config_bytes, model_file, kind, spec)
-        self.one = HostedInstance(load, uuid.uuid4().hex, self.instance_name, gpu_ids)
+        self._link = GatewayLink(server_app) if server_app else None
+        self.one = HostedInstance(load, uuid.uuid4().hex, self.instance_name, gpu_ids, self._link)
         self.instance_id = self.one.id
         self.one.start_blocking()
         self.host = InstanceHost(self.instance_id, gpu_ids)
@@ -67,8 +72,14 @@ class ModelReplica:
     def load_error(self) -> str:
         return self.one.load_error
 
+    def _bind(self) -> None:
+        """The replica's event loop, where the model's BLS calls run (learned on its first call)."""
+        if self._link is not None:
+            self._link.bind(asyncio.get_running_loop())
+
     async def execute(self, executions: list[Execution]) -> list[ExecutionResult]:
         """Run the executions one call carries, in order, on this instance (the Serve-handle path)."""
+        self._bind()
         return await self.one.execute(executions)
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
@@ -91,6 +102,7 @@ class ModelReplica:
         """Where the gateway can reach ``execute`` directly (opened on first ask); None without a token."""
         if not self._token:
             return None
+        self._bind()
         if self._address is None:
             import ray
 

@@ -20,6 +20,7 @@ import ray
 
 from serve_app.hosting import HostedInstance, InstanceHost, InstanceLoad
 from serve_app.placement import HostPool
+from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.rayserve.model_replica import set_visible_devices
 from serve_app.transport import ChannelServer
 
@@ -27,11 +28,13 @@ logger = logging.getLogger("serve_app")
 
 
 class PoolHost:
-    def __init__(self, pool: HostPool, manager: Any, *, devices: bool = True) -> None:
-        """``devices``: set ``CUDA_VISIBLE_DEVICES`` for the pool's kind (a process that only hosts)."""
+    def __init__(self, pool: HostPool, manager: Any, *, devices: bool = True, link: Any = None) -> None:
+        """``devices``: set ``CUDA_VISIBLE_DEVICES`` for the pool's kind (a process that only hosts); ``link``:
+        what Python models held here call the server through."""
         self.pool = pool
         gpu_ids = set_visible_devices(pool.kind, pool.device) if devices else ()
-        self.host = InstanceHost(uuid.uuid4().hex[:12], gpu_ids)
+        self.link = link
+        self.host = InstanceHost(uuid.uuid4().hex[:12], gpu_ids, self.link)
         self.revision = -1
         self._manager = manager
         self._statuses: dict[str, str] = {}
@@ -42,6 +45,8 @@ class PoolHost:
 
     async def start(self, token: bytes) -> None:
         """Open the channel that reaches the instances held here."""
+        if isinstance(self.link, GatewayLink):
+            self.link.bind(asyncio.get_running_loop())
         self._channel = ChannelServer(self.host.on_channel, token)
         self.address = await self._channel.start(ray.util.get_node_ip_address())
 

@@ -11,10 +11,12 @@ cancelled, which the model reads through ``is_cancelled()``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import Executor
 
+from serve_app.errors import as_serve_error
 from serve_app.inference.execution import Execution, PartResult
 from serve_app.runtime.instance import ModelInstance
 
@@ -33,13 +35,27 @@ async def stream_execution(
             loop.call_soon_threadsafe(queue.put_nowait, (index, part))
 
     started = time.perf_counter_ns()
+    # ``execute`` may answer from its own thread before it returns: responses are read while it runs.
+    run = loop.run_in_executor(thread, instance.stream, execution, emit, cancelled.__contains__)
+    run.add_done_callback(functools.partial(_failed_run, emit, len(open_parts)))
     try:
-        await loop.run_in_executor(thread, instance.stream, execution, emit, cancelled.__contains__)
         while open_parts:
             index, part = await queue.get()
+            if index not in open_parts:
+                continue  # after its final (a failure reported twice)
             if part.final:
                 open_parts.discard(index)
                 part.compute_ns = time.perf_counter_ns() - started
             yield index, part
     finally:
         cancelled.update(open_parts)
+
+
+def _failed_run(emit: Callable[[int, PartResult], None], count: int, run: asyncio.Future[None]) -> None:
+    """Running the execution itself failed (not the model's code, whose errors the backend answers): every
+    request of it ends with that error."""
+    if run.cancelled() or run.exception() is None:
+        return
+    error = as_serve_error(run.exception() or RuntimeError("the execution failed"))
+    for index in range(count):
+        emit(index, PartResult(error=error, final=True))

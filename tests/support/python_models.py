@@ -308,6 +308,15 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for request in requests:
+            if pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().size == 0:
+                # (a test's probe) an empty IN: one response with how many requests saw their client cancel
+                sender = request.get_response_sender()
+                with self.lock:
+                    out = np.array([self.cancelled], dtype=self.out_dtype)
+                idx = pb_utils.Tensor("IDX", np.array([0], dtype=np.uint32))
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out), idx]),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
             thread = threading.Thread(target=self.respond, args=(request,), daemon=True)
             thread.start()
         return None
@@ -553,9 +562,9 @@ class TritonPythonModel:
             flags = request.flags()
             if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
                 self.sums[corr] = 0
-            value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().reshape(-1)[0])
-            self.sums[corr] = self.sums.get(corr, 0) + value
-            out = np.array([self.sums[corr]], dtype=np.int32)
+            values = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            self.sums[corr] = self.sums.get(corr, 0) + int(values.reshape(-1)[0])
+            out = np.full(values.shape, self.sums[corr], dtype=np.int32)
             if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
                 del self.sums[corr]
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", out)]))
@@ -567,7 +576,7 @@ def stateful(repo: pathlib.Path, name: str = "py_stateful") -> pathlib.Path:
     config = f"""
     name: "{name}"
     backend: "python"
-    max_batch_size: 0
+    max_batch_size: 4
     sequence_batching {{ max_sequence_idle_microseconds: 5000000 }}
     input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
     output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
@@ -672,3 +681,18 @@ def build_all(repo: pathlib.Path) -> None:
     stateful(repo)
     tokens(repo)
     echo_text(repo)
+
+
+# Models that keep the default (a process of their own) in the end-to-end repository; the others run in the
+# gateway (dedicated_process: false), so the repository stays light on a small machine.
+DEDICATED = ("py_add_sub", "py_bls", "py_repeat", "py_tokens")
+SHARED_PARAMETER = 'parameters { key: "dedicated_process" value: { string_value: "false" } }\n'
+
+
+def build_e2e(repo: pathlib.Path) -> None:
+    """:func:`build_all`, with every model but :data:`DEDICATED` running in the gateway."""
+    build_all(repo)
+    for d in repo.iterdir():
+        if d.name.startswith("py_") and d.name not in DEDICATED and (d / "config.pbtxt").is_file():
+            with open(d / "config.pbtxt", "a") as f:
+                f.write(SHARED_PARAMETER)

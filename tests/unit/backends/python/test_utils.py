@@ -1,0 +1,509 @@
+"""``triton_python_backend_utils`` as a model's code sees it: names, signatures and Triton's messages.
+
+Models written for Triton catch, log and compare these, so the classes must behave as Triton's stub
+binds them: tensors, the dtype helpers, BYTES serialization, errors and their codes, responses, the
+response sender's rules, requests (received and built for BLS) and the logger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+from serve_app.backends.python import utils as pb_utils
+from serve_app.backends.python.context import CURRENT, ModelContext
+from serve_app.errors import (
+    AlreadyExists,
+    Cancelled,
+    InternalError,
+    InvalidArgument,
+    NotFound,
+    ServeError,
+    Unavailable,
+    Unsupported,
+)
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+@contextmanager
+def model_context(in_execute: bool) -> Iterator[ModelContext]:
+    """What the backend sets around a call into the model (no server link: BLS has nowhere to go)."""
+    ctx = ModelContext("m", "/models/m/1", "m_0_0", in_execute=in_execute)
+    token = CURRENT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        CURRENT.reset(token)
+
+
+def model_exception(call: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(pb_utils.TritonModelException) as err:
+        call(*args, **kwargs)
+    return str(err.value)
+
+
+# -- Tensor --------------------------------------------------------------------------------------------
+def test_tensor_basics() -> None:
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = pb_utils.Tensor("OUT", data)
+    assert t.name() == "OUT"
+    assert t.shape() == [2, 3]
+    assert t.triton_dtype() == 11  # TRITONSERVER_TYPE_FP32
+    assert t.is_cpu()
+    np.testing.assert_array_equal(t.as_numpy(), data)
+
+
+def test_tensor_name_cannot_be_empty() -> None:
+    assert model_exception(pb_utils.Tensor, "", np.zeros(1)) == "Tensor name cannot be an empty string."
+
+
+def test_tensor_refuses_numpy_unicode() -> None:
+    """``<U`` has no Triton datatype: a model must use object (or bytes_) arrays for BYTES."""
+    message = model_exception(pb_utils.Tensor, "s", np.array(["a", "b"]))
+    assert message.startswith("Tensor 's' has numpy dtype <U1")
+
+
+def test_tensor_bytes_array_becomes_object_bytes() -> None:
+    t = pb_utils.Tensor("s", np.array([b"ab", b"c"]))
+    assert t.as_numpy().dtype == np.object_
+    assert t.as_numpy().tolist() == [b"ab", b"c"]
+    assert t.triton_dtype() == 13  # BYTES
+
+
+def test_tensor_copies_a_non_contiguous_array() -> None:
+    base = np.arange(12, dtype=np.int32).reshape(3, 4)
+    view = base.T
+    t = pb_utils.Tensor("t", view)
+    assert t.as_numpy().flags.c_contiguous
+    np.testing.assert_array_equal(t.as_numpy(), view)
+
+
+def test_dlpack_round_trip_through_numpy() -> None:
+    data = np.arange(6, dtype=np.int64).reshape(2, 3)
+    t = pb_utils.Tensor("t", data)
+    assert t.__dlpack_device__() == (1, 0)
+    np.testing.assert_array_equal(np.from_dlpack(t), data)
+    back = pb_utils.Tensor.from_dlpack("u", t)
+    assert back.name() == "u"
+    assert back.shape() == [2, 3]
+    np.testing.assert_array_equal(back.as_numpy(), data)
+    np.testing.assert_array_equal(pb_utils.Tensor.from_dlpack("v", data).as_numpy(), data)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Tensor.from_dlpack refuses a DLPack capsule (e.g. torch.utils.dlpack.to_dlpack(t), or Tensor.to_dlpack()),"
+    " though Triton accepts one and serve_app's own message says 'must be a DLPack capsule or ...'",
+)
+def test_from_dlpack_takes_a_capsule() -> None:
+    data = np.arange(4, dtype=np.float32)
+    capsule = pb_utils.Tensor("t", data).to_dlpack()
+    np.testing.assert_array_equal(pb_utils.Tensor.from_dlpack("u", capsule).as_numpy(), data)
+
+
+def test_from_dlpack_refuses_other_objects() -> None:
+    assert model_exception(pb_utils.Tensor.from_dlpack, "u", [1, 2]) == (
+        "Provided tensor is not supported. Tensor must be a DLPack capsule or have `__dlpack__` and "
+        "`__dlpack_device__` attributes"
+    )
+
+
+def test_from_dlpack_refuses_a_non_contiguous_tensor() -> None:
+    transposed = np.arange(12, dtype=np.float32).reshape(3, 4).T
+    assert model_exception(pb_utils.Tensor.from_dlpack, "u", transposed) == (
+        "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are supported."
+    )
+
+
+def test_bytes_tensor_has_no_dlpack() -> None:
+    t = pb_utils.Tensor("s", np.array([b"x"], dtype=object))
+    assert model_exception(t.to_dlpack) == "DLPack does not have support for string tensors."
+
+
+# -- dtype helpers -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("dtype", "code"),
+    [
+        (np.bool_, 1),
+        (np.uint8, 2),
+        (np.uint16, 3),
+        (np.uint32, 4),
+        (np.uint64, 5),
+        (np.int8, 6),
+        (np.int16, 7),
+        (np.int32, 8),
+        (np.int64, 9),
+        (np.float16, 10),
+        (np.float32, 11),
+        (np.float64, 12),
+        (np.object_, 13),
+    ],
+)
+def test_numpy_and_triton_type_codes(dtype: Any, code: int) -> None:
+    assert pb_utils.numpy_to_triton_type(dtype) == code
+    assert pb_utils.numpy_to_triton_type(np.dtype(dtype)) == code
+    assert pb_utils.triton_to_numpy_type(code) == dtype
+
+
+def test_type_codes_without_a_counterpart() -> None:
+    assert pb_utils.numpy_to_triton_type(np.bytes_) == 13
+    assert pb_utils.numpy_to_triton_type(np.str_) is None
+    assert pb_utils.triton_to_numpy_type(14) is None  # BF16 has no numpy type
+    assert pb_utils.triton_to_numpy_type(99) is None
+
+
+def test_triton_string_to_numpy() -> None:
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_INT64") is np.int64
+    assert pb_utils.triton_string_to_numpy("TYPE_BOOL") is bool
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    for unknown in ("FP32", "TYPE_BYTES", "TYPE_NOPE"):
+        with pytest.raises(KeyError):
+            pb_utils.triton_string_to_numpy(unknown)
+
+
+def test_byte_tensor_serialization_round_trip() -> None:
+    data = np.array([[b"ab", "é"], [b"", b"\x00\xff"]], dtype=object)
+    encoded = pb_utils.serialize_byte_tensor(data)
+    assert (
+        bytes(encoded)
+        == b"\x02\x00\x00\x00ab" + b"\x02\x00\x00\x00\xc3\xa9" + b"\x00" * 4 + b"\x02\x00\x00\x00\x00\xff"
+    )
+    decoded = pb_utils.deserialize_bytes_tensor(bytes(encoded))
+    assert decoded.dtype == np.object_
+    assert decoded.tolist() == [b"ab", "é".encode(), b"", b"\x00\xff"]
+
+
+def test_serialize_byte_tensor_edge_cases() -> None:
+    assert pb_utils.serialize_byte_tensor(np.array([], dtype=object)) == ()
+    assert pb_utils.serialize_byte_tensor(np.array([1, 2], dtype=np.int32)) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="serialize_byte_tensor returns a numpy uint8 array; Triton's pb_utils returns bytes "
+    "(b''.join of the length-prefixed elements)",
+)
+def test_serialize_byte_tensor_returns_bytes() -> None:
+    assert isinstance(pb_utils.serialize_byte_tensor(np.array([b"a"], dtype=object)), bytes)
+
+
+# -- errors ------------------------------------------------------------------------------------------
+def test_triton_error_is_not_an_exception() -> None:
+    error = pb_utils.TritonError("bad input")
+    assert not isinstance(error, BaseException)
+    assert error.message() == "bad input"
+    assert error.code() == pb_utils.TritonError.INTERNAL
+    assert issubclass(pb_utils.TritonModelException, Exception)
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        (pb_utils.TritonError.INTERNAL, InternalError),
+        (pb_utils.TritonError.NOT_FOUND, NotFound),
+        (pb_utils.TritonError.INVALID_ARG, InvalidArgument),
+        (pb_utils.TritonError.UNAVAILABLE, Unavailable),
+        (pb_utils.TritonError.UNSUPPORTED, Unsupported),
+        (pb_utils.TritonError.ALREADY_EXISTS, AlreadyExists),
+        (pb_utils.TritonError.CANCELLED, Cancelled),
+    ],
+)
+def test_triton_error_codes_map_to_serve_errors(code: int, cls: type[ServeError]) -> None:
+    error = pb_utils.TritonError("why", code).as_serve_error()
+    assert type(error) is cls
+    assert error.message == "why"
+    assert pb_utils.TritonError.from_serve_error(error).code() == code
+
+
+def test_unknown_triton_error_codes() -> None:
+    unknown = pb_utils.TritonError("u", pb_utils.TritonError.UNKNOWN).as_serve_error()
+    assert type(unknown) is ServeError
+    assert type(pb_utils.TritonError("odd", 42).as_serve_error()) is InternalError
+
+
+# -- responses ---------------------------------------------------------------------------------------
+def test_inference_response() -> None:
+    out = pb_utils.Tensor("OUT", np.zeros(2, dtype=np.float32))
+    response = pb_utils.InferenceResponse(output_tensors=[out], parameters={"b": True, "i": 3, "s": "x"})
+    assert response.output_tensors() == [out]
+    assert not response.has_error()
+    assert response.error() is None
+    assert response.parameters() == '{"b":true,"i":3,"s":"x"}'
+    assert pb_utils.InferenceResponse().parameters() == "{}"
+    failed = pb_utils.InferenceResponse(error=pb_utils.TritonError("no"))
+    assert failed.has_error()
+    assert failed.error() is not None and failed.error().message() == "no"
+
+
+def test_inference_response_parameter_types() -> None:
+    """Triton's rules: str keys, bool/int/str values (no float), a dict or nothing."""
+    assert model_exception(pb_utils.InferenceResponse, parameters={1: "x"}) == (
+        "Expect parameters keys to have type str, found type <class 'int'>"
+    )
+    assert model_exception(pb_utils.InferenceResponse, parameters={"f": 0.5}) == (
+        "Expect parameters values to have type bool/int/str, found type <class 'float'>"
+    )
+    with pytest.raises(TypeError, match="got <class 'list'>"):
+        pb_utils.InferenceResponse(parameters=[("a", 1)])
+
+
+def test_inference_response_checks_its_tensors_and_error() -> None:
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse(output_tensors=[np.zeros(1)])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse(error="bad")  # type: ignore[arg-type]
+
+
+# -- the response sender ------------------------------------------------------------------------------
+class Sent:
+    """What a sender emitted."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[pb_utils.InferenceResponse | None, int]] = []
+
+    def __call__(self, response: pb_utils.InferenceResponse | None, flags: int) -> None:
+        self.items.append((response, flags))
+
+
+def sender(decoupled: bool, cancelled: bool = False) -> tuple[pb_utils.InferenceResponseSender, Sent]:
+    sent = Sent()
+    return pb_utils.InferenceResponseSender(sent, lambda: cancelled, decoupled=decoupled), sent
+
+
+def test_decoupled_sender_sends_many_then_final() -> None:
+    s, sent = sender(decoupled=True, cancelled=True)
+    r1, r2 = pb_utils.InferenceResponse(), pb_utils.InferenceResponse()
+    s.send(r1)
+    s.send(r2)
+    s.send(flags=FINAL)
+    assert sent.items == [(r1, 0), (r2, 0), (None, FINAL)]
+    assert s.closed
+    assert s.is_cancelled()
+
+
+def test_sender_rules() -> None:
+    s, sent = sender(decoupled=True)
+    assert model_exception(s.send, pb_utils.InferenceResponse(), 2) == (
+        "Unable to send response. Unsupported flag provided."
+    )
+    assert model_exception(s.send, None, 0) == (
+        "Inference Response object must be provided when the response flags is set to zero."
+    )
+    s.send(pb_utils.InferenceResponse(), FINAL)
+    assert model_exception(s.send, pb_utils.InferenceResponse()) == (
+        "Unable to send response. Response sender has been closed."
+    )
+    assert len(sent.items) == 1
+
+
+def test_sender_closed_by_the_backend() -> None:
+    s, _ = sender(decoupled=True)
+    s.close()
+    assert model_exception(s.send, pb_utils.InferenceResponse(), FINAL) == (
+        "Unable to send response. Response sender has been closed."
+    )
+
+
+def test_non_decoupled_sender_takes_one_response() -> None:
+    s, sent = sender(decoupled=False)
+    s.send(pb_utils.InferenceResponse())
+    assert model_exception(s.send, pb_utils.InferenceResponse()) == (
+        "Unable to send response. Non-decoupled model cannot send more than one response."
+    )
+    s.send(flags=FINAL)
+    assert [flags for _, flags in sent.items] == [0, FINAL]
+
+
+def test_non_decoupled_sender_needs_a_response_before_a_flag_only_final() -> None:
+    s, sent = sender(decoupled=False)
+    assert model_exception(s.send, None, FINAL) == (
+        "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
+    )
+    assert sent.items == []
+
+
+# -- requests ----------------------------------------------------------------------------------------
+def test_request_constructor_validation() -> None:
+    x = pb_utils.Tensor("x", np.zeros(1))
+    assert model_exception(pb_utils.InferenceRequest, correlation_id=1.5, model_name="m") == (
+        "Correlation ID must be integer or string"
+    )
+    assert model_exception(pb_utils.InferenceRequest, request_id="7", inputs=[x, None], model_name="m") == (
+        "Input tensor for request with id '7' and model name 'm' should not be empty."
+    )
+    assert model_exception(
+        pb_utils.InferenceRequest, request_id="7", inputs=[x], requested_output_names=["y", ""], model_name="m"
+    ) == ("Requested output name for request with id '7' and model name 'm' should not be empty.")
+    assert model_exception(pb_utils.InferenceRequest, model_name="m", parameters={"k": 1.5}) == (
+        "Expect parameters values to have type bool/int/str, found type <class 'float'>"
+    )
+    assert model_exception(pb_utils.InferenceRequest, model_name="m", parameters={2: 1}) == (
+        "Expect parameters keys to have type str, found type <class 'int'>"
+    )
+
+
+def test_bls_request_accessors() -> None:
+    x = pb_utils.Tensor("x", np.zeros(1))
+    request = pb_utils.InferenceRequest(
+        request_id="r",
+        correlation_id="seq-1",
+        inputs=[x],
+        requested_output_names=["y", "z"],
+        model_name="other",
+        flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+        timeout=100,
+        parameters={"k": "v", "n": 2},
+    )
+    assert request.inputs() == [x]
+    assert request.requested_output_names() == {"y", "z"}
+    assert (request.request_id(), request.correlation_id(), request.flags(), request.timeout()) == (
+        "r",
+        "seq-1",
+        1,
+        100,
+    )
+    assert request.parameters() == '{"k":"v","n":2}'
+    assert model_exception(request.get_response_sender).startswith("this request has no response sender")
+
+
+def test_received_request_hides_the_servers_parameters() -> None:
+    """Reserved parameters are consumed by the server: ``execute`` sees only the client's own."""
+    params = {
+        "sequence_id": 5,
+        "sequence_start": True,
+        "sequence_end": False,
+        "priority": 1,
+        "timeout": 10,
+        "binary_data_output": True,
+        "headers": "h",
+        "triton_enable_empty_final_response": True,
+        "temperature": 0.5,
+        "top_k": 3,
+        "stream": False,
+        "user": "ann",
+    }
+    request = pb_utils.InferenceRequest.received(
+        "id-1",
+        {"x": np.ones((1, 2), dtype=np.float32)},
+        ("y", "z", "y"),
+        params,
+        correlation_id=5,
+        flags=3,
+        timeout_us=10,
+    )
+    assert json.loads(request.parameters()) == {"temperature": 0.5, "top_k": 3, "stream": False, "user": "ann"}
+    assert " " not in request.parameters()
+    assert request.requested_output_names() == {"y", "z"}
+    assert (request.request_id(), request.correlation_id(), request.flags(), request.timeout()) == ("id-1", 5, 3, 10)
+    assert [t.name() for t in request.inputs()] == ["x"]
+    assert pb_utils.InferenceRequest.received("", {}, (), {}).parameters() == "{}"
+
+
+def test_received_request_sender_and_cancellation() -> None:
+    request = pb_utils.InferenceRequest.received("", {}, (), {})
+    s, _ = sender(decoupled=True)
+    request.attach(s, lambda: True)
+    assert request.get_response_sender() is s
+    assert request.is_cancelled()
+
+
+def test_bls_outside_execute_is_refused() -> None:
+    request = pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor("x", np.zeros(1))], requested_output_names=["y"], model_name="other"
+    )
+    expected = "BLS is only supported during the 'execute' function."
+    assert model_exception(request.exec) == expected
+    assert model_exception(request.exec, decoupled=True) == expected
+    assert model_exception(request.async_exec) == expected
+    with model_context(in_execute=False):  # initialize / finalize
+        assert model_exception(request.exec) == expected
+
+
+def test_bls_without_a_server_link_answers_with_an_error_response() -> None:
+    request = pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor("x", np.zeros(1))], requested_output_names=["y"], model_name="other"
+    )
+    with model_context(in_execute=True):
+        response = request.exec()
+        responses = list(request.exec(decoupled=True))
+    assert response.has_error()
+    assert "BLS is not available" in response.error().message()
+    assert len(responses) == 1 and responses[0].has_error()
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+def test_tensor_and_config_lookups() -> None:
+    x, y = pb_utils.Tensor("x", np.zeros(1)), pb_utils.Tensor("y", np.ones(1))
+    request = pb_utils.InferenceRequest(inputs=[x, y], requested_output_names=[], model_name="m")
+    assert pb_utils.get_input_tensor_by_name(request, "y") is y
+    assert pb_utils.get_input_tensor_by_name(request, "nope") is None
+    response = pb_utils.InferenceResponse([x])
+    assert pb_utils.get_output_tensor_by_name(response, "x") is x
+    assert pb_utils.get_output_tensor_by_name(response, "y") is None
+    config = {"input": [{"name": "a", "data_type": "TYPE_FP32"}], "output": [{"name": "b", "data_type": "TYPE_INT32"}]}
+    assert pb_utils.get_input_config_by_name(config, "a") == {"name": "a", "data_type": "TYPE_FP32"}
+    assert pb_utils.get_input_config_by_name(config, "b") is None
+    assert pb_utils.get_output_config_by_name(config, "b") == {"name": "b", "data_type": "TYPE_INT32"}
+    assert pb_utils.get_output_config_by_name({}, "b") is None
+
+
+def test_using_decoupled_model_transaction_policy() -> None:
+    assert pb_utils.using_decoupled_model_transaction_policy({"model_transaction_policy": {"decoupled": True}})
+    assert not pb_utils.using_decoupled_model_transaction_policy({"model_transaction_policy": {"decoupled": False}})
+    assert not pb_utils.using_decoupled_model_transaction_policy({})
+
+
+def test_get_model_dir() -> None:
+    with model_context(in_execute=False):
+        assert pb_utils.get_model_dir() == "/models/m/1"
+    assert model_exception(pb_utils.get_model_dir).startswith("get_model_dir() is only available")
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_logger_logs_and_never_raises() -> None:
+    """Records go to the server's log (``ray.serve``, which Ray keeps from propagating), named by model."""
+    log = logging.getLogger("ray.serve")
+    handler, level = Records(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        pb_utils.Logger.log("plain")
+        pb_utils.Logger.log_verbose("verbose")
+        with model_context(in_execute=True):
+            pb_utils.Logger.log_info("info")
+            pb_utils.Logger.log_warn("warn")
+            pb_utils.Logger.log_error("error")
+            pb_utils.Logger.log("custom", pb_utils.Logger.WARNING)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert [(r.levelno, r.getMessage()) for r in handler.records] == [
+        (logging.INFO, "plain"),
+        (logging.DEBUG, "verbose"),
+        (logging.INFO, "model 'm': info"),
+        (logging.WARNING, "model 'm': warn"),
+        (logging.ERROR, "model 'm': error"),
+        (logging.WARNING, "model 'm': custom"),
+    ]
+
+
+def test_model_control_outside_the_server_is_refused() -> None:
+    assert model_exception(pb_utils.load_model, "x").startswith("load_model is only available")
+    assert model_exception(pb_utils.is_model_ready, "x").startswith("is_model_ready is only available")
+    assert model_exception(pb_utils.unload_model, "x").startswith("unload_model is only available")
