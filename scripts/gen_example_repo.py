@@ -1,8 +1,11 @@
 """Write the example model repository: ``python scripts/gen_example_repo.py DIR``.
 
 Models: ``add_sub`` (Triton's ``simple``, FP32 [16], max_batch_size 8),
-``identity_fp32`` and ``identity_bytes`` (dims [-1]) and ``mlp`` (a ~10 ms/sample
-CPU model for batching and scaling runs).  Generated rather than checked in so the
+``identity_fp32`` and ``identity_bytes`` (dims [-1]), ``mlp`` (a ~10 ms/sample
+CPU model for batching and scaling runs), an ensemble, and Python models:
+``py_preprocess`` (text pre-processing), ``py_add_sub`` and ``py_chain`` (a BLS
+pipeline of two ``py_add_sub`` steps), ``py_tokens`` (a decoupled model that
+streams a text word by word) and ``py_echo_text`` (one response, for generate).  Generated rather than checked in so the
 repository holds no binaries; rerunning overwrites the same files.
 """
 
@@ -12,7 +15,7 @@ import argparse
 import pathlib
 import sys
 
-from tests.support import example_models as em
+from tests.support import example_models as em, python_models as pm
 
 
 def generate(repo: pathlib.Path) -> list[pathlib.Path]:
@@ -24,6 +27,11 @@ def generate(repo: pathlib.Path) -> list[pathlib.Path]:
         em.identity(repo, "BYTES"),
         em.mlp(repo),
         em.add_sub_ensemble(repo),
+        pm.preprocess(repo),
+        pm.add_sub(repo),
+        pm.bls_chain(repo),
+        pm.tokens(repo),
+        pm.echo_text(repo),
     ]
 
 

@@ -696,3 +696,47 @@ def build_e2e(repo: pathlib.Path) -> None:
         if d.name.startswith("py_") and d.name not in DEDICATED and (d / "config.pbtxt").is_file():
             with open(d / "config.pbtxt", "a") as f:
                 f.write(SHARED_PARAMETER)
+
+
+BLS_CHAIN_PY = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """A pipeline of two steps by BLS: py_add_sub, then py_add_sub on its outputs (2*INPUT0, 2*INPUT1)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")]
+            for _ in range(2):
+                answer = pb_utils.InferenceRequest(
+                    model_name="py_add_sub", requested_output_names=["OUTPUT0", "OUTPUT1"], inputs=inputs
+                ).exec()
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                out = [pb_utils.get_output_tensor_by_name(answer, n).as_numpy() for n in ("OUTPUT0", "OUTPUT1")]
+                inputs = [pb_utils.Tensor("INPUT0", out[0]), pb_utils.Tensor("INPUT1", out[1])]
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", inputs[0].as_numpy()), pb_utils.Tensor("OUTPUT1", inputs[1].as_numpy())
+            ]))
+        return responses
+'''
+
+
+def bls_chain(repo: pathlib.Path, name: str = "py_chain") -> pathlib.Path:
+    """Two ``py_add_sub`` steps chained by BLS inside one model."""
+    config = f"""
+    name: "{name}"
+    backend: "python"
+    max_batch_size: 0
+    input [
+      {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }},
+      {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }}
+    ]
+    output [
+      {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }},
+      {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }}
+    ]
+    """
+    return _write(repo, name, config, BLS_CHAIN_PY)

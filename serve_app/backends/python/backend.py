@@ -99,8 +99,14 @@ class _LoopThread:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -132,6 +138,9 @@ class _StreamPart:
         self._wanted = wanted
         self.closed = False
         self.lock = threading.Lock()
+        # Its sender, weakly (a sender the model drops must still be collected): closed when the request fails,
+        # so the model's later sends raise, as in Triton.
+        self.sender: weakref.ref[pb_utils.InferenceResponseSender] | None = None
 
     def send(self, response: pb_utils.InferenceResponse | None, flags: int) -> None:
         final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -147,6 +156,9 @@ class _StreamPart:
             self._emit(self.index, part)
 
     def fail(self, error: ServeError) -> None:
+        sender = self.sender() if self.sender is not None else None
+        if sender is not None:
+            sender.close()
         with self.lock:
             if self.closed:
                 return
@@ -367,6 +379,7 @@ class PythonBackend(Backend):
             stream = _StreamPart(i, emit, self._wanted(part))
             sender = pb_utils.InferenceResponseSender(stream.send, _cancel_check(cancelled, i), decoupled=True)
             request.attach(sender, _cancel_check(cancelled, i))
+            stream.sender = weakref.ref(sender)
             # A sender the model lets go of without FINAL: its client gets an error instead of waiting for ever.
             weakref.finalize(sender, stream.fail, InternalError(_ABANDONED.format(model=self.instance_name)))
             streams.append(stream)

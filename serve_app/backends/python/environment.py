@@ -14,6 +14,7 @@ Ray into the model's own replicas (a runtime environment: see
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from serve_app.protos import model_config_pb2 as mc
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIR_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
 REQUIREMENTS = "requirements.txt"
+_COMMENT = re.compile(r"(^|\s+)#.*$")
 
 
 def execution_env(config: mc.ModelConfig, model_dir: Path) -> Path | None:
@@ -73,5 +75,6 @@ def pip_requirements(model_dir: Path) -> list[str]:
     path = model_dir / REQUIREMENTS
     if not path.is_file():
         return []
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    # pip's comments start at a '#' that begins the line or follows whitespace (URLs keep their '#egg=...')
+    lines = (_COMMENT.sub("", line).strip() for line in path.read_text().splitlines())
     return [line for line in lines if line]

@@ -36,7 +36,7 @@ class ModelConfig:
 
     def set_dynamic_batching(self) -> None:
         for found in ("sequence_batching", "ensemble_scheduling"):
-            if self._model_config.get(found):
+            if found in self._model_config:
                 raise ValueError(
                     f"Configuration specified scheduling_choice as '{found}', but auto-complete-config function for "
                     f"model '{self._name()}' tries to set scheduling_choice as 'dynamic_batching'"

@@ -186,7 +186,7 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
     for value in input_tensor.ravel(order="C"):
         raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
         parts.append(struct.pack("<I", len(raw)) + raw)
-    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return b"".join(parts)
 
 
 def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
@@ -248,6 +248,8 @@ class Tensor:
 
     @staticmethod
     def from_dlpack(name: str, dlpack: Any) -> Tensor:
+        if type(dlpack).__name__ == "PyCapsule":  # a DLPack capsule (``to_dlpack()`` of a framework tensor)
+            dlpack = _Capsule(dlpack)
         if not (hasattr(dlpack, "__dlpack__") and hasattr(dlpack, "__dlpack_device__")):
             raise TritonModelException(
                 "Provided tensor is not supported. Tensor must be a DLPack capsule or have `__dlpack__` and "
@@ -263,6 +265,19 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._data.dtype})"
+
+
+class _Capsule:
+    """A bare DLPack capsule as the protocol numpy reads (CPU memory: the only kind served here)."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
 
 
 class PreferredMemory:

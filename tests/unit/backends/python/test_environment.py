@@ -123,11 +123,6 @@ def test_pip_requirements(tmp_path: Path) -> None:
     assert pip_requirements(tmp_path) == ["numpy>=1.24", "pillow==10.0", "tokenizers"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pip_requirements cuts every line at its first '#', but pip starts a comment only at a '#' that begins "
-    "the line or follows whitespace: URL fragments (#egg=, #sha256=, #subdirectory=) are lost",
-)
 def test_pip_requirements_keeps_url_fragments(tmp_path: Path) -> None:
     (tmp_path / "requirements.txt").write_text(
         "git+https://github.com/org/repo.git#egg=repo\nhttps://example.com/pkg-1.0.tar.gz#sha256=abc  # pinned\n"
