@@ -36,6 +36,7 @@ from serve_app.service.server_link import ServiceLink
 from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
 from serve_app.stats import ModelStats
+from serve_app.transport import ChannelServer
 
 logger = logging.getLogger("serve_app")
 
@@ -50,6 +51,9 @@ class Gateway:
         self._manager = manager
         self.link = ServiceLink()  # Python models' BLS calls: from instances held here, and from other processes
         self.link.loop = asyncio.get_running_loop()
+        self._token = token if settings.direct_channel else b""
+        self._bls_channel: ChannelServer | None = None
+        self._bls_at: tuple[str, int] | None = None
         # The node's shared CPU instances live here when the gateways hold them (no hop to them).
         self.hosting: PoolHost | None = None
         if settings.cpu_instances_in_gateway and settings.shared_hosts and settings.direct_channel:
@@ -104,6 +108,17 @@ class Gateway:
         async with contextlib.aclosing(self.link.infer_stream(request)) as items:
             async for item in items:
                 yield item
+
+    async def bls_address(self) -> tuple[str, int] | None:
+        """Where Python models in other processes send BLS requests (a direct channel; opened on first ask)."""
+        if not self._token:
+            return None
+        if self._bls_channel is None:
+            import ray
+
+            self._bls_channel = ChannelServer(self.link.on_channel, self._token)
+            self._bls_at = await self._bls_channel.start(ray.util.get_node_ip_address())
+        return self._bls_at
 
     async def bls_load(self, name: str, config: str, files: dict[str, bytes]) -> None:
         await self.link.load(name, config, files)
@@ -246,3 +261,6 @@ class Gateway:
         hosting = getattr(self, "hosting", None)
         if hosting is not None:
             await hosting.stop()
+        bls = getattr(self, "_bls_channel", None)
+        if bls is not None:
+            bls.close()

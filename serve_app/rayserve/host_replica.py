@@ -18,7 +18,7 @@ class HostReplica:
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, pool: HostPool, token: bytes, manager: Any, server_app: str) -> None:  # type: ignore[misc]
         """``server_app``: the server's Serve application (its gateways answer Python models' BLS calls)."""
-        self.hosting = PoolHost(pool, manager, link=GatewayLink(server_app))  # sets the process's devices first
+        self.hosting = PoolHost(pool, manager, link=GatewayLink(server_app, token))  # sets the process's devices first
         await self.hosting.start(token)
         self.hosting.follow()
 

@@ -54,7 +54,7 @@ class ModelReplica:
         self.name = model_name
         self.version = version
         load = InstanceLoad(ModelKey(model_name, version, generation), config_bytes, model_file, kind, spec)
-        self._link = GatewayLink(server_app) if server_app else None
+        self._link = GatewayLink(server_app, channel_token) if server_app else None
         self.one = HostedInstance(load, uuid.uuid4().hex, self.instance_name, gpu_ids, self._link)
         self.instance_id = self.one.id
         self.one.start_blocking()

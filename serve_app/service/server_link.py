@@ -14,12 +14,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 from serve_app.errors import InternalError, NotFound, ServeError
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.repository.api import LoadParameters
 from serve_app.service.inference_service import InferenceService
 from serve_app.service.registry import ServedModel
+
+
+@dataclass(frozen=True, slots=True)
+class BlsInfer:
+    """A BLS request sent to a gateway over a direct channel (one response)."""
+
+    request: InferRequest
+
+
+@dataclass(frozen=True, slots=True)
+class BlsStream:
+    """A BLS request to a decoupled model sent to a gateway over a direct channel (its responses stream back)."""
+
+    request: InferRequest
 
 
 def bls_error(model: str, detail: str) -> str:
@@ -65,6 +80,14 @@ class ServiceLink:
                     yield item
         except ServeError as exc:
             yield StreamItem(error=exc, final=True)
+
+    async def on_channel(self, message: object) -> object:
+        """What a gateway's BLS channel serves: the calls of Python models in other processes."""
+        if isinstance(message, BlsInfer):
+            return await self.infer(message.request)
+        if isinstance(message, BlsStream):
+            return self.infer_stream(message.request)
+        raise TypeError(f"unexpected channel message {type(message).__name__}")
 
     async def load(self, name: str, config: str, files: dict[str, bytes]) -> None:
         await self._service().repository_load(name, LoadParameters(config_json=config or None, files=dict(files)))
