@@ -29,3 +29,19 @@ class ModelKey:
         """The version whichever load serves it: gateways add up statistics by it (two gateways may hold
         different loads for a moment during a reload)."""
         return ModelKey(self.name, self.version)
+
+
+def parse_version(text: str) -> int:
+    """A version a request names (``/versions/<v>``, gRPC ``model_version``), with Triton's messages."""
+    from serve_app.errors import InvalidArgument
+
+    try:
+        number = int(text)
+    except ValueError:
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{text}' (details: stol), version should "
+            "be an integral value > 0"
+        ) from None
+    if number < 0:
+        raise InvalidArgument(f"invalid model version specified '{text}' , version should be an integral value > 0")
+    return number

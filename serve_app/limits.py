@@ -12,7 +12,8 @@ Defaults:
   can make a gateway hold (a JSON body expands several times once parsed).
 - ``max_tensor_elements`` 2**28: what a 256 MiB body can carry in one-byte elements, so with the
   default body limit it only refuses shapes no body could fill; lower it to cap memory per request.
-- ``max_json_depth`` 64: a request nests 4 levels plus one per tensor dimension of nested ``data``.
+- ``max_json_depth`` 100: Triton's limit on the nesting of a tensor's ``data``; a body may nest
+  ``JSON_ENVELOPE`` (4) levels more, the request's own (body, ``inputs``, an input, ``parameters``).
 - ``max_inputs`` / ``max_outputs`` 1024: far above real models (wide recommender models have a few
   hundred inputs), far below what a body could list.
 """
@@ -29,7 +30,7 @@ GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # grpc's own ceiling for a message size opti
 class RequestLimits:
     max_body_bytes: int = 256 * MiB
     max_tensor_elements: int = 2**28
-    max_json_depth: int = 64
+    max_json_depth: int = 100
     max_inputs: int = 1024
     max_outputs: int = 1024
 

@@ -64,6 +64,10 @@ class ServerSettings:
         True, "gateways send batches to model instances over a direct channel (off: through Serve handles)"
     )
     app_name: str = setting("serve_app", "name of the Serve application")
+    server_name: str = setting(
+        "serve_app",
+        "the name server metadata reports (GET /v2, gRPC ServerMetadata); 'triton' for scripts that check it",
+    )
     gpu_resource_prefix: str = setting(
         "gpu_idx_",
         "custom Ray resources naming one GPU each: a node with GPUs 0 and 1 declares "
@@ -142,7 +146,10 @@ class ServerSettings:
         DEFAULT_LIMITS.max_body_bytes, "limit: request body bytes (HTTP) and message bytes (gRPC); more: 413"
     )
     max_tensor_elements: int = setting(DEFAULT_LIMITS.max_tensor_elements, "limit: tensor elements in one request")
-    max_json_depth: int = setting(DEFAULT_LIMITS.max_json_depth, "limit: nesting depth of an HTTP JSON body")
+    max_json_depth: int = setting(
+        DEFAULT_LIMITS.max_json_depth,
+        "limit: nesting depth of a tensor's JSON data (Triton's 100; the body may nest 4 levels more)",
+    )
     max_inputs: int = setting(DEFAULT_LIMITS.max_inputs, "limit: inputs in one request")
     max_outputs: int = setting(DEFAULT_LIMITS.max_outputs, "limit: requested outputs in one request")
     exit_timeout_s: float = setting(

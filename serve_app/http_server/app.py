@@ -150,7 +150,7 @@ def build_http_app(
                 raise InvalidArgument("repository index request must be a JSON object")
             ready = obj.get("ready", False)
             if not isinstance(ready, bool):
-                raise InvalidArgument("Unable to parse 'ready': expected a boolean")
+                raise InvalidArgument("Invalid value for 'ready': expected a boolean")
             ready_only = ready
         entries = await service.repository_index_async(ready_only)
         out = []

@@ -22,7 +22,10 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
     """Load the repository, serve it until ``stop`` is set, then drain."""
     t0 = time.monotonic()
     host = await asyncio.to_thread(
-        LocalHost.from_repository, settings.model_repository, max_queued=settings.max_queue_size
+        LocalHost.from_repository,
+        settings.model_repository,
+        max_queued=settings.max_queue_size,
+        server_name=settings.server_name,
     )
     try:
         for name in host.service.registry.names():

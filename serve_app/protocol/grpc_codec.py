@@ -116,11 +116,6 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
     raw = msg.raw_input_contents
     n_raw, n_inputs = len(raw), len(msg.inputs)
     check_counts(model, n_inputs, len(msg.outputs), limits)
-    if n_raw and n_raw != n_inputs:
-        raise InvalidArgument(
-            f"expected {n_inputs} raw_input_contents, one for each input, but got {n_raw} for model "
-            f"'{model}'; raw contents must be given for all inputs or none"
-        )
 
     parameters = params_from_pb(msg.parameters)
     strip_reserved(parameters, GRPC_ALLOWED_RESERVED)
@@ -130,7 +125,8 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
         budget.add(io.name, io.shape)
 
     inputs: list[InferTensor] = []
-    for index, io in enumerate(msg.inputs):
+    next_raw = 0  # raw entries are taken in order by the inputs without typed contents (extra ones are ignored)
+    for io in msg.inputs:
         name, datatype = io.name, io.datatype
         if datatype not in datatypes.BY_WIRE:
             raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
@@ -145,13 +141,14 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
             raise InvalidArgument(
                 f"contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
             )
-        if not n_raw and not has_contents:
+        if not has_contents and next_raw >= n_raw:
             raise InvalidArgument(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
         shape = declared_shape(model, name, io.shape)
-        if n_raw:
-            data = tensor_codec.array_from_bytes(name, datatype, shape, raw[index])
-        else:
+        if has_contents:
             data = _from_contents(io, shape, model)
+        else:
+            data = tensor_codec.array_from_bytes(name, datatype, shape, raw[next_raw])
+            next_raw += 1
         inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=data, parameters=tparams))
 
     outputs: list[RequestedOutput] = []

@@ -250,7 +250,7 @@ def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) ->
         offset = end
         params = {k: v for k, v in params.items() if k != BINARY_DATA_SIZE}
     else:
-        data = tensor_codec.array_from_list(name, datatype, dims, item["data"])
+        data = tensor_codec.array_from_list(name, datatype, dims, item["data"], json_data=True)
 
     return InferTensor(name=name, datatype=datatype, shape=dims, data=data, parameters=params), offset
 
@@ -286,7 +286,7 @@ def _raw_request(
     shape = [1] if sig.max_batch_size > 0 else []
     if spec.datatype.itemsize == 0:
         if WILDCARD_DIM in dims or math.prod(dims) != 1:
-            raise InvalidArgument("For BYTE datatype raw input, the model must have input shape [1]")
+            raise InvalidArgument(f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]")
         data: np.ndarray = np.empty(1, dtype=object)
         data[0] = bytes(mv)
         shape += dims
@@ -326,10 +326,11 @@ def encode_infer_response(
     the body is a list of chunks, JSON first, then each binary output's bytes
     in output order, and the header length is the JSON's size.
 
-    An output is binary when its requested output says ``binary_data: true``,
-    or, lacking that, when the request says ``binary_data_output: true`` (a raw
-    binary request does).  Outputs are encoded as listed in ``response``; the
-    caller decides which outputs it holds.
+    An output the request lists is binary when it says ``binary_data: true``
+    (JSON otherwise); an output it doesn't list, when the request says
+    ``binary_data_output: true`` (a raw binary request does), as in Triton.
+    Outputs are encoded as listed in ``response``; the caller decides which
+    outputs it holds.
 
     JSON ``data`` is the flattened row-major list.  BYTES elements must be
     valid UTF-8 to go as JSON strings: an element that is not fails the request
@@ -343,8 +344,8 @@ def encode_infer_response(
     outputs_json: list[dict[str, object]] = []
     chunks: list[bytes | memoryview] = []
     for t in response.outputs:
-        flag = per_output.get(t.name)
-        binary = flag if isinstance(flag, bool) else default_binary
+        # A listed output is binary only by its own binary_data; binary_data_output is the unlisted ones' default.
+        binary = per_output[t.name] is True if t.name in per_output else default_binary
         shape = [int(d) for d in t.shape]
         if math.prod(shape) != np.size(t.data):
             raise InternalError(f"output tensor shape does not match size of output for '{t.name}'")

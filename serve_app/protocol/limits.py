@@ -65,16 +65,19 @@ def json_depth(raw: bytes) -> int:
     return deepest
 
 
+JSON_ENVELOPE = 4  # the request's own levels around a tensor's data: body, inputs, an input, its data list
+
+
 def check_json_depth(raw: bytes, limits: RequestLimits) -> None:
-    """InvalidArgument when ``raw`` nests deeper than ``max_json_depth`` (cheap when it can't)."""
+    """InvalidArgument when ``raw`` nests deeper than ``max_json_depth`` levels of data plus the request's own
+    (cheap when it can't), with Triton's message."""
     limit = limits.max_json_depth
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    allowed = limit + JSON_ENVELOPE
+    if raw.count(b"[") + raw.count(b"{") <= allowed:
         return
-    depth = json_depth(raw)
-    if depth > limit:
+    if json_depth(raw) > allowed:
         raise InvalidArgument(
-            f"failed to parse the request JSON buffer: nesting depth {depth} exceeds the maximum allowed value "
-            f"of {limit}, {_raise_hint('max_json_depth')}"
+            f"JSON nesting depth exceeds maximum allowed limit ({limit}), {_raise_hint('max_json_depth')}"
         )
 
 

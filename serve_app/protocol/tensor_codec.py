@@ -195,10 +195,18 @@ def _type_error(name: str, datatype: str, value: object) -> InvalidArgument:
     )
 
 
-def array_from_list(name: str, datatype: str, shape: Sequence[int], values: list[Any]) -> np.ndarray:
+# Triton's words (``http_server.cc`` ReadDataFromJson) for JSON 'data' with fewer, or more, elements than its shape.
+FEWER_THAN_SHAPE = "Failed to parse 'data' field: shape does not match true shape"
+MORE_THAN_SHAPE = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
+def array_from_list(
+    name: str, datatype: str, shape: Sequence[int], values: list[Any], *, json_data: bool = False
+) -> np.ndarray:
     """Array of ``shape`` from JSON ``data`` (flat or nested) or gRPC typed contents.
 
-    Values must have the right kind: bools for BOOL, integers (no bools, no
+    ``json_data``: the values are an HTTP request's ``data`` (a count that doesn't match gets Triton's
+    message).  Values must have the right kind: bools for BOOL, integers (no bools, no
     floats) in range for integer types, numbers for floating types, strings
     (UTF-8 encoded) or bytes for BYTES.  BF16 has no list form: Triton only
     accepts it as binary data.
@@ -213,6 +221,8 @@ def array_from_list(name: str, datatype: str, shape: Sequence[int], values: list
         raise InvalidArgument(f"Unable to parse 'data': expected an array for input '{name}'")
     flat = _flatten(values)
     expected = element_count(dims)
+    if len(flat) != expected and json_data:  # an HTTP request's 'data': Triton's QA checks these verbatim
+        raise InvalidArgument(FEWER_THAN_SHAPE if len(flat) < expected else MORE_THAN_SHAPE)
     if len(flat) != expected:
         raise InvalidArgument(
             f"unexpected number of elements {len(flat)} in 'data' for input '{name}', expecting {expected} "

@@ -75,6 +75,7 @@ class Gateway:
         self.service = InferenceService(
             self.registry,
             self.executor,
+            server_name=settings.server_name,
             repository=ManagerClient(manager),
             max_queued=settings.max_queue_size,
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,

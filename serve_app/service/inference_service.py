@@ -23,7 +23,7 @@ from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.inference.validate import validate_request
-from serve_app.keys import ModelKey
+from serve_app.keys import ModelKey, parse_version
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.base import Scheduler
@@ -301,10 +301,7 @@ class InferenceService:
             raise InvalidArgument(f"requested model '{name}' is not available")
         if not version:
             return ready
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'") from None
+        number = parse_version(version)
         chosen = [m for m in ready if m.version == number]
         if not chosen:
             raise InvalidArgument(f"requested model version is not available for model '{name}'")

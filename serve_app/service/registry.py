@@ -15,9 +15,9 @@ import enum
 from dataclasses import dataclass, field
 
 from serve_app.config import ENSEMBLE_PLATFORM
-from serve_app.errors import InvalidArgument, NotFound, ServeError, Unavailable
+from serve_app.errors import NotFound, ServeError, Unavailable
 from serve_app.inference.signature import ModelSignature
-from serve_app.keys import ModelKey
+from serve_app.keys import ModelKey, parse_version
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.base import Scheduler
 from serve_app.service.serving_state import DeploymentRef, ServedVersion, ServingState
@@ -163,10 +163,7 @@ class ModelRegistry:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if not version:
             return versions[max(versions)]
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'") from None
+        number = parse_version(version)
         model = versions.get(number)
         if model is None:
             raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")

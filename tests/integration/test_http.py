@@ -308,7 +308,12 @@ async def test_raw_binary_request_on_version_route(http: httpx.AsyncClient) -> N
         ("GET", "/v2/models/nope", 404, "Request for unknown model: 'nope' is not found"),
         ("GET", "/v2/models/nope/config", 404, "Request for unknown model: 'nope' is not found"),
         ("GET", f"/v2/models/{ADD_SUB}/versions/2", 404, f"'{ADD_SUB}' version 2 is not found"),
-        ("GET", f"/v2/models/{ADD_SUB}/versions/x/config", 400, "failed to parse model version 'x'"),
+        (
+            "GET",
+            f"/v2/models/{ADD_SUB}/versions/x/config",
+            400,
+            "failed to get model version from specified version string 'x'",
+        ),
         ("GET", f"/v2/models/{BROKEN}", 503, f"'{BROKEN}' has no available versions"),
         ("GET", f"/v2/models/{BROKEN}/config", 503, "max_batch_size"),
         ("POST", f"/v2/models/{BROKEN}/infer", 503, f"'{BROKEN}' has no available versions"),

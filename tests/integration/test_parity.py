@@ -80,7 +80,9 @@ CASES = [
     Case("unknown-model", 404, "Request for unknown model: 'nope' is not found", model="nope", inputs=GOOD),
     Case("unknown-version", 404, f"'{ADD_SUB}' version 9 is not found", version="9", inputs=GOOD),
     Case("version-not-served", 404, f"'{VERSIONED}' version 1 is not found", model=VERSIONED, version="1", inputs=GOOD),
-    Case("bad-version", 400, "failed to parse model version 'v1'", version="v1", inputs=GOOD),
+    Case(
+        "bad-version", 400, "failed to get model version from specified version string 'v1'", version="v1", inputs=GOOD
+    ),
     Case("failed-model", 503, f"'{BROKEN}' has no available versions", model=BROKEN, inputs=GOOD),
     Case("loading", 503, "version 3 is not at ready state", model=VERSIONED, inputs=GOOD, setup=_loading),
     Case("missing-input", 400, "missing required input(s) ['INPUT1']", inputs=GOOD[:1]),

@@ -389,3 +389,9 @@ async def test_tritonclient_grpc_without_control(triton_grpc: grpcaio.InferenceS
     with pytest.raises(InferenceServerException) as exc:
         await triton_grpc.load_model(MODEL, config=CONFIG)
     assert (exc.value.status(), exc.value.message()) == ("StatusCode.UNAVAILABLE", NO_CONTROL)
+
+
+async def test_http_index_refuses_a_ready_that_is_not_a_boolean(http: httpx.AsyncClient, control: FakeControl) -> None:
+    r = await http.post("/v2/repository/index", json={"ready": "yes"})
+    assert r.status_code == 400
+    assert r.json() == {"error": "Invalid value for 'ready': expected a boolean"}

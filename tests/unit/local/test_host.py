@@ -113,3 +113,18 @@ def test_an_ensemble_whose_step_failed_to_load_is_not_ready(tmp_path: pathlib.Pa
     ens = host.service.registry.resolve("ens")
     assert (ens.state, ens.reason) == (ModelState.UNAVAILABLE, "composing model 'add_sub' is not ready")
     assert not host.service.model_ready("ens")
+
+
+def test_server_name_is_what_metadata_reports(tmp_path: pathlib.Path) -> None:
+    """``--server-name triton`` for scripts written against Triton (they check server metadata's name)."""
+    from serve_app.cli import build_parser, settings_from
+
+    settings = settings_from(
+        build_parser().parse_args(["--model-repository", str(tmp_path), "--server-name", "triton"])
+    )
+    assert settings.server_name == "triton"
+    host = LocalHost.from_repository(tmp_path, server_name=settings.server_name)
+    try:
+        assert host.service.server_metadata().name == "triton"
+    finally:
+        host.close()

@@ -150,14 +150,25 @@ def test_tritonclient_request_metadata() -> None:
     }
 
 
-def test_raw_contents_count_must_match_inputs() -> None:
+def test_raw_contents_are_taken_in_order_and_missing_ones_named() -> None:
+    """As Triton: each input without typed contents takes the next raw entry; one left without data is named."""
     msg = pb.ModelInferRequest(model_name="add_sub")
     msg.inputs.add(name="INPUT0", datatype="FP32", shape=[1])
     msg.inputs.add(name="INPUT1", datatype="FP32", shape=[1])
     msg.raw_input_contents.append(b"\x00" * 4)
+    assert decode_error(msg) == "unable to find data for input tensor 'INPUT1' for model 'add_sub' in request."
+    msg.raw_input_contents.extend([b"\x00" * 4, b"\x00" * 4])  # an extra entry is ignored, as Triton does
+    assert [t.name for t in decode_model_infer_request(msg).inputs] == ["INPUT0", "INPUT1"]
+
+
+def test_typed_contents_with_any_raw_entry_name_the_first_input() -> None:
+    """Triton's grpc_explicit_int_content_client: typed contents on both inputs plus one raw entry."""
+    msg = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        msg.inputs.add(name=name, datatype="INT32", shape=[1, 16]).contents.int_contents.extend(range(16))
+    msg.raw_input_contents.append(b"\x00" * 64)
     assert decode_error(msg) == (
-        "expected 2 raw_input_contents, one for each input, but got 1 for model 'add_sub'; raw contents "
-        "must be given for all inputs or none"
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple'"
     )
 
 

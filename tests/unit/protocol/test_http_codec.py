@@ -225,7 +225,7 @@ def test_invalid_utf8_json() -> None:
 
 
 def test_deeply_nested_json() -> None:
-    assert decode_error(b"[" * 100000 + b"]" * 100000).startswith("failed to parse the request JSON buffer")
+    assert decode_error(b"[" * 100000 + b"]" * 100000).startswith("JSON nesting depth exceeds maximum allowed limit")
 
 
 @pytest.mark.parametrize("body", [b"[]", b"1", b'"x"', b"null"])
@@ -305,8 +305,11 @@ def test_data_with_wrong_value_types() -> None:
 
 
 def test_data_with_wrong_element_count() -> None:
+    """Triton's QA checks both messages verbatim."""
     msg = decode_error(j({"inputs": [{"name": "A", "shape": [3], "datatype": "INT32", "data": [1, 2]}]}))
-    assert msg.startswith("unexpected number of elements 2 in 'data' for input 'A', expecting 3")
+    assert msg == "Failed to parse 'data' field: shape does not match true shape"
+    msg = decode_error(j({"inputs": [{"name": "A", "shape": [1], "datatype": "INT32", "data": [1, 2]}]}))
+    assert msg == "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
 
 def test_negative_shape() -> None:
@@ -440,7 +443,7 @@ def test_raw_binary_request_bytes() -> None:
 
 def test_raw_binary_request_bytes_needs_shape_one() -> None:
     msg = decode_error(b"abc", "0", sig_for({"S": ("BYTES", [-1])}))
-    assert msg == "For BYTE datatype raw input, the model must have input shape [1]"
+    assert msg == "For BYTE datatype raw input 'S', the model must have input shape [1]"
 
 
 def test_raw_binary_request_needs_one_input() -> None:
@@ -644,8 +647,8 @@ def test_limits_are_checked_on_the_declaration_before_any_data() -> None:
     many_outputs = j({"inputs": [small], "outputs": [{"name": "X"}, {"name": "Y"}]})
     with pytest.raises(InvalidArgument, match="requests 2 outputs, more than the maximum allowed value of 1"):
         decode_infer_request(many_outputs, None, model_name="m", model_version="", sig=SIG, limits=limits)
-    nested = j({"inputs": [{**small, "data": [[[[[1.0] * 6]]]]}]})  # {, [, {, then 5 levels of data
-    with pytest.raises(InvalidArgument, match="nesting depth 8 exceeds the maximum allowed value of 6"):
+    nested = j({"inputs": [{**small, "data": [[[[[[[[1.0] * 6]]]]]]]}]})  # {, [, {, then 8 levels of data
+    with pytest.raises(InvalidArgument, match=r"JSON nesting depth exceeds maximum allowed limit \(6\)"):
         decode_infer_request(nested, None, model_name="m", model_version="", sig=SIG, limits=limits)
     assert decode_infer_request(j({"inputs": [small]}), None, model_name="m", model_version="", sig=SIG).inputs
 
@@ -660,4 +663,17 @@ def test_raw_binary_request_counts_its_elements() -> None:
 
 
 def test_deep_json_is_refused_before_the_parser_recurses() -> None:
-    assert decode_error(b"[" * 100_000).startswith("failed to parse the request JSON buffer: nesting depth 100000")
+    assert decode_error(b"[" * 100_000).startswith("JSON nesting depth exceeds maximum allowed limit (100)")
+
+
+def test_binary_data_output_is_the_default_of_unlisted_outputs_only() -> None:
+    """Triton: a listed output follows its own binary_data (JSON when absent), whatever binary_data_output says."""
+    out = InferResponse("m", "1", outputs=[InferTensor("A", "FP32", (1,), np.ones(1, np.float32))])
+    out.outputs.append(InferTensor("B", "FP32", (1,), np.ones(1, np.float32)))
+    listed = InferRequest("m", parameters={"binary_data_output": True})
+    listed.outputs = [RequestedOutput("A", {"binary_data": False}), RequestedOutput("B")]
+    _, json_length = encode_infer_response(out, listed)
+    assert json_length is None  # both as JSON
+    unlisted = InferRequest("m", parameters={"binary_data_output": True})
+    _, json_length = encode_infer_response(out, unlisted)
+    assert json_length is not None  # both binary

@@ -25,7 +25,7 @@ def test_defaults() -> None:
     assert dataclasses.asdict(DEFAULT_LIMITS) == {
         "max_body_bytes": 256 * 2**20,
         "max_tensor_elements": 2**28,
-        "max_json_depth": 64,
+        "max_json_depth": 100,  # Triton's HTTP_MAX_JSON_NESTING_DEPTH
         "max_inputs": 1024,
         "max_outputs": 1024,
     }
@@ -86,14 +86,15 @@ def test_json_depth_matches_the_parser() -> None:
 
 
 def test_json_depth_limit() -> None:
+    """The limit is on a tensor's data: the body may nest four levels more (body, inputs, an input, data)."""
     limits = RequestLimits(max_json_depth=3)
-    check_json_depth(b"[[[1]]]", limits)
-    check_json_depth(b'["[[[[[[[["]', limits)
+    check_json_depth(b"[[[[[[[1]]]]]]]", limits)
+    check_json_depth(b'["[[[[[[[[[[[[["]', limits)
     with pytest.raises(InvalidArgument) as exc:
-        check_json_depth(b"[[[[1]]]]", limits)
+        check_json_depth(b"[[[[[[[[1]]]]]]]]", limits)
     assert str(exc.value) == (
-        "failed to parse the request JSON buffer: nesting depth 4 exceeds the maximum allowed value of 3, the "
-        "server's max_json_depth limit (raise it with --max-json-depth)"
+        "JSON nesting depth exceeds maximum allowed limit (3), the server's max_json_depth limit (raise it with "
+        "--max-json-depth)"
     )
 
 

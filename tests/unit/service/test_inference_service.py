@@ -132,7 +132,13 @@ def test_model_is_the_newest_ready_version(service: InferenceService) -> None:
     [
         ("x", "", NotFound, "Request for unknown model: 'x' is not found"),
         ("m", "5", NotFound, "Request for unknown model: 'm' version 5 is not found"),
-        ("m", "one", InvalidArgument, "failed to parse model version 'one' for model 'm'"),
+        (
+            "m",
+            "one",
+            InvalidArgument,
+            "failed to get model version from specified version string 'one' (details: stol), version should be an "
+            "integral value > 0",
+        ),
         ("broken", "", Unavailable, "Request for unknown model: 'broken' has no available versions: bad config"),
         ("slow", "", Unavailable, "Request for unknown model: 'slow' version 1 is not at ready state"),
     ],
@@ -259,7 +265,12 @@ async def test_statistics_of_versions_never_used_are_empty(service: InferenceSer
         ("slow", "", "requested model 'slow' is not available"),
         ("x", "", "requested model 'x' is not available"),
         ("m", "3", "requested model version is not available for model 'm'"),
-        ("m", "v", "failed to parse model version 'v' for model 'm'"),
+        (
+            "m",
+            "v",
+            "failed to get model version from specified version string 'v' (details: stol), version should be an "
+            "integral value > 0",
+        ),
     ],
 )
 async def test_statistics_errors(service: InferenceService, name: str, version: str, message: str) -> None:

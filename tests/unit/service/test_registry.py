@@ -3,6 +3,8 @@ updated, retired, failed, revision), ensemble readiness, and resolution with Tri
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from google.protobuf import text_format
 
@@ -259,7 +261,8 @@ def test_failed_model_is_unavailable_with_its_reason(registry: ModelRegistry) ->
 
 
 def test_unparsable_version_is_an_invalid_argument(registry: ModelRegistry) -> None:
-    with pytest.raises(InvalidArgument, match=r"^failed to parse model version 'v1' for model 'm'$"):
+    expected = "failed to get model version from specified version string 'v1' (details: stol), version should be"
+    with pytest.raises(InvalidArgument, match=re.escape(expected)):
         registry.resolve("m", "v1")
 
 
