@@ -84,15 +84,20 @@ class InvalidConfig(InvalidArgument):
 
 
 def as_serve_error(exc: BaseException) -> ServeError:
-    """The ServeError behind ``exc``: itself, a Ray-wrapped cause, or INTERNAL."""
+    """The ServeError behind ``exc``: itself, a Ray-wrapped cause, or INTERNAL naming the innermost cause (a
+    client never sees Ray's wrapper, its traceback or a process id)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
+    inner = exc
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, ServeError):
             return cur
         seen.add(id(cur))
+        inner = cur
         cur = getattr(cur, "cause", None) or cur.__cause__
-    return InternalError(f"{type(exc).__name__}: {exc}")
+    if type(inner).__module__.startswith("ray"):  # a Ray error without a cause: its own text is internals
+        return InternalError(f"the server could not complete the request ({type(inner).__name__})")
+    return InternalError(f"{type(inner).__name__}: {inner}")
 
 
 _BY_CODE: dict[ErrorCode, type[ServeError]] = {

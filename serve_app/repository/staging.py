@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from serve_app.errors import InvalidArgument
+from serve_app.errors import InternalError, InvalidArgument
 from serve_app.repository.repository import validate_model_name
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -60,7 +60,13 @@ def stage_files(files: Mapping[str, bytes], root: Path, model: str) -> Path:
     directory = Path(tempfile.mkdtemp(prefix=f"{model}-", dir=root)).resolve()
     try:
         for rel, content in paths.items():
-            _write(directory, rel, content)
+            try:
+                _write(directory, rel, content)
+            except OSError as exc:  # e.g. a path component longer than the file system allows
+                raise InternalError(
+                    f"failed to load '{model}', failed to poll from model repository: Invalid file parameter "
+                    f"'file:{rel}': {exc.strerror or exc}"
+                ) from None
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise

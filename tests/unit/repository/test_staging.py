@@ -6,7 +6,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from serve_app.errors import InvalidArgument
+from serve_app.errors import InternalError, InvalidArgument
 from serve_app.repository.staging import remove_staged, stage_files, staged_path
 
 
@@ -84,7 +84,7 @@ def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(staging, "_write", flaky)
     root = tmp_path / "staging"
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(InternalError, match="disk full"):
         stage_files({"1/a": b"x", "1/b": b"y"}, root, "m")
     assert list(root.iterdir()) == []
 
@@ -100,3 +100,11 @@ def test_remove_staged_only_removes_staged_directories(tmp_path: Path) -> None:
     remove_staged(directory, root)
     assert not directory.exists()
     remove_staged(directory, root)  # already gone: fine
+
+
+def test_a_path_the_file_system_refuses_fails_with_tritons_words(tmp_path: Path) -> None:
+    """A component longer than NAME_MAX: Triton's 'failed to load ... failed to poll' (no OSError text leaks)."""
+    with pytest.raises(InternalError) as info:
+        stage_files({"1/" + "x" * 300: b"data"}, tmp_path / "staging", "m")
+    assert info.value.message.startswith("failed to load 'm', failed to poll from model repository: ")
+    assert list((tmp_path / "staging").iterdir()) == []
