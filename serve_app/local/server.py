@@ -15,6 +15,7 @@ import time
 
 from serve_app.front_ends import start_front_ends
 from serve_app.local.host import LocalHost
+from serve_app.service.model_table import model_table
 from serve_app.settings import ServerSettings
 
 
@@ -28,12 +29,7 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         server_name=settings.server_name,
     )
     try:
-        for name in host.service.registry.names():
-            for model in host.service.registry.versions(name):
-                print(f"model '{name}' version {model.version}: {model.state.value}", flush=True)
-            failed = host.service.registry.failed(name)
-            if failed is not None and not host.service.registry.versions(name):
-                print(f"model '{name}' version -: UNAVAILABLE: {failed.reason}", flush=True)
+        print(model_table((e.name, e.version, e.state, e.reason) for e in host.service.repository_index()), flush=True)
         front = await start_front_ends(host.service, settings)
         print(
             f"serve_app (local, no Ray) ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:"

@@ -15,6 +15,7 @@ from ray import serve
 
 from serve_app.errors import ServeError
 from serve_app.rayserve.app_builder import build_application
+from serve_app.service.model_table import model_table
 from serve_app.settings import ServerSettings
 
 
@@ -111,9 +112,8 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
         if handle is None:
             print("interrupted while starting: shutting down", flush=True)
             return 130
-        for name, version, state, reason in handle.model_states.remote().result():
-            suffix = f": {reason}" if reason else ""
-            print(f"model '{name}' version {version}: {state}{suffix}", flush=True)
+        states = handle.model_states.remote().result()
+        print(model_table((name, str(version), state, reason) for name, version, state, reason in states), flush=True)
         print(
             f"serve_app ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:{settings.http_port}, "
             f"gRPC {settings.host}:{settings.grpc_port}",
