@@ -5,8 +5,10 @@ ensemble's inputs, or outputs of earlier steps), so independent steps run
 concurrently.  Each step is an ordinary request to its model through the
 service (same validation, scheduling, batching and statistics as a client's
 request); tensors pass from step to step as the same numpy arrays, without
-copies.  A failing step fails the request with Triton's ``in ensemble '<name>',``
-prefix and the other running steps are cancelled.
+copies.  Only the steps the requested outputs need run (Triton prunes the
+others: their models' statistics don't move).  A failing step fails the request
+with Triton's ``in ensemble '<name>',`` prefix and the other running steps are
+cancelled.
 """
 
 from __future__ import annotations
@@ -81,9 +83,24 @@ class EnsembleScheduler:
         """Always: it queues nothing itself (its steps wait in their own models' schedulers)."""
         return True
 
+    def needed_steps(self, outputs: list[str]) -> list[int]:
+        """The steps that produce ``outputs``, and those that feed them, in config order."""
+        wanted = set(outputs)
+        needed: set[int] = set()
+        grew = True
+        while grew:
+            grew = False
+            for i, step in enumerate(self._steps):
+                if i not in needed and any(t in wanted for _, t in step.outputs):
+                    needed.add(i)
+                    wanted.update(t for _, t in step.inputs)
+                    grew = True
+        return sorted(needed)
+
     async def _run(self, request: InferRequest) -> dict[str, InferTensor]:
         tensors: dict[str, InferTensor] = {t.name: t for t in request.inputs}
-        waiting = list(range(len(self._steps)))
+        outputs = [o.name for o in request.outputs] if request.outputs else list(self.signature.outputs)
+        waiting = self.needed_steps(outputs)
         running: dict[asyncio.Task[InferResponse], int] = {}
         try:
             while waiting or running:

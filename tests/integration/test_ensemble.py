@@ -77,6 +77,15 @@ async def test_statistics_count_the_ensemble_and_its_steps(service: InferenceSer
     assert count(add_sub, after) - count(add_sub, before) == 20  # four steps each
 
 
+async def test_steps_no_requested_output_needs_do_not_run(service: InferenceService) -> None:
+    """As Triton prunes them: OUT_2B needs the first two steps, not the two that make OUT_SUM."""
+    before = service.local_stats()[ModelKey("add_sub", 1)].inference_count
+    a, b = operands()
+    resp = await infer(service, request(a, b, ("OUT_2B",)))
+    np.testing.assert_allclose(resp.outputs[0].data, 2 * b, rtol=1e-5, atol=1e-5)
+    assert service.local_stats()[ModelKey("add_sub", 1)].inference_count - before == 2
+
+
 async def test_invalid_request_is_checked_against_the_ensemble(service: InferenceService) -> None:
     a, b = operands()
     bad = InferRequest(
