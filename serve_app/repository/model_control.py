@@ -20,8 +20,9 @@ and ``model_lifecycle.cc``, server ``src/command_line_parser.cc``, docs
   load / unload is not allowed if polling is enabled"; a model the repository
   doesn't have: INTERNAL "failed to load '<m>', failed to poll from model
   repository"; files without ``config``, or with a path that would leave the
-  model directory: refused the same way (Triton logs why, e.g. "Load parameter
-  'config' must be specified for model file override"; we append it);
+  model directory, or a ``config`` that is not a model config in JSON: refused
+  the same way (Triton logs why, e.g. "Load parameter 'config' must be
+  specified for model file override" or "Invalid config override"; we append it);
 * a load of a model that serves and whose directory hasn't changed does
   nothing (so a config override given earlier stays in force); a changed one is
   reloaded from its directory (dropping an earlier config override); a load
@@ -72,7 +73,7 @@ from typing import TYPE_CHECKING
 from serve_app.config import ENSEMBLE_PLATFORM, config_from_json, parse_config
 from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.config.pbtxt import config_error
-from serve_app.errors import InternalError, InvalidArgument, ServeError, Unavailable, as_serve_error
+from serve_app.errors import InternalError, InvalidArgument, InvalidConfig, ServeError, Unavailable, as_serve_error
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.fingerprint import model_fingerprint
 from serve_app.repository.repository import (
@@ -231,7 +232,7 @@ class ModelControl:
             raise _poll_failed(name, MISSING_CONFIG)
         if not files and not self._repo.has_model(name):
             raise _poll_failed(name)
-        override = config_from_json(config_json, model=name) if config_json is not None else None
+        override = _parse_override(name, config_json) if config_json is not None else None
         staged: Path | None = None
         if files:
             try:
@@ -543,6 +544,14 @@ def _poll_failed(name: str, detail: str = "") -> InternalError:
     """Triton's answer to a load it couldn't poll (HTTP 500), with what its log would say."""
     message = f"failed to load '{name}', failed to poll from model repository"
     return InternalError(f"{message}: {detail}" if detail else message)
+
+
+def _parse_override(name: str, config_json: str) -> mc.ModelConfig:
+    """The load API's ``config``: JSON Triton can't read fails its poll, as a repository it can't read does."""
+    try:
+        return config_from_json(config_json, model=name)
+    except InvalidConfig as exc:
+        raise _poll_failed(name, exc.message) from None
 
 
 def _deps_first(names: Iterable[str], steps: Callable[[str], Sequence[str]]) -> list[str]:

@@ -257,9 +257,11 @@ def test_config_override_errors(root: Path) -> None:
     assert str(info.value).startswith("model 'a', file 'config override': name: ")
     with pytest.raises(InvalidConfig, match="max_batch_size: must be >= 0"):
         ctl.prepare_load("a", config_json(max_batch_size=-1), {})
-    with pytest.raises(InvalidConfig, match="config is not valid JSON"):
+    # JSON that is no model config fails the poll, with Triton's "failed to load" message and the detail
+    poll_failed = "failed to load 'a', failed to poll from model repository: model 'a': "
+    with pytest.raises(InternalError, match=f"^{poll_failed}config is not valid JSON"):
         ctl.prepare_load("a", "{not json", {})
-    with pytest.raises(InvalidConfig, match="invalid config JSON"):
+    with pytest.raises(InternalError, match=f"^{poll_failed}invalid config JSON"):
         ctl.prepare_load("a", '{"bogus": 1}', {})
 
 
