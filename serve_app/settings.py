@@ -122,6 +122,13 @@ class ServerSettings:
         "a batch whose instance doesn't answer within this many seconds fails with 503 / UNAVAILABLE (a hung "
         "instance; a dead one fails its calls at once); 0: wait for ever",
     )
+    allow_client_shm: bool = setting(
+        False,
+        "Triton's system shared memory extension: clients on the server's host may register POSIX shared memory "
+        "regions (/dev/shm) and have inputs read from and outputs written to them.  A client can then make the "
+        "server read and write any shared memory object it can name, so turn it on only for trusted local "
+        "clients; off, registering a region or naming one in a request is refused",
+    )
     tls_cert: str = setting("", "PEM certificate chain: serve HTTP and gRPC over TLS (with tls_key)", path=True)
     tls_key: str = setting("", "PEM private key of tls_cert", path=True)
     tls_ca: str = setting("", "PEM CA bundle that signs client certificates", path=True)

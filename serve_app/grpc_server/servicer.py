@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from serve_app.errors import InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.grpc_server.shared_memory import SharedMemoryRpcs
 from serve_app.inference.options import EMPTY_FINAL
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import grpc_codec, repository_codec, stats_codec
@@ -53,7 +54,7 @@ def _deserializer(message_type: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-class InferenceServicer:
+class InferenceServicer(SharedMemoryRpcs):
     def __init__(self, service: InferenceService, limits: RequestLimits = DEFAULT_LIMITS) -> None:
         self.service = service
         self.limits = limits
@@ -115,9 +116,10 @@ class InferenceServicer:
         model = self.service.model(request.model_name, request.model_version)
         if model.is_decoupled:
             raise Unsupported(DECOUPLED_UNARY)
-        req = grpc_codec.decode_model_infer_request(request, self.limits)
+        shm = self.service.shared_memory
+        req = grpc_codec.decode_model_infer_request(request, self.limits, shm)
         resp = await self.service.infer(model, req)
-        return grpc_codec.encode_model_infer_response(resp)
+        return grpc_codec.encode_model_infer_response(resp, req, shm)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -172,7 +174,7 @@ class InferenceServicer:
         try:
             model = self.service.model(request.model_name, request.model_version)
             empty_final = _empty_final_wanted(request)
-            req = grpc_codec.decode_model_infer_request(request, self.limits)
+            req = grpc_codec.decode_model_infer_request(request, self.limits, self.service.shared_memory)
             async with contextlib.aclosing(self.service.infer_stream(model, req)) as items:
                 async for item in items:
                     final = item.final
@@ -183,7 +185,7 @@ class InferenceServicer:
                         if empty_final:
                             yield _flag_only_final(request)
                         continue
-                    out = grpc_codec.encode_model_infer_response(item.response)
+                    out = grpc_codec.encode_model_infer_response(item.response, req, self.service.shared_memory)
                     out.parameters[FINAL_RESPONSE].bool_param = item.final
                     yield pb.ModelStreamInferResponse(infer_response=out)
         except Exception as exc:

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from serve_app.config import config_to_json
 from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
 from serve_app.http_server.generate import generate_routes
+from serve_app.http_server.shared_memory import shared_memory_routes
 from serve_app.inference.types import InferRequest
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import http_codec, repository_codec, stats_codec
@@ -123,10 +124,16 @@ def build_http_app(
         body = await read_body(request, limits)
         header_length = request.headers.get(HEADER_LENGTH)
         req: InferRequest = http_codec.decode_infer_request(
-            body, header_length, model_name=name, model_version=version, sig=model.signature, limits=limits
+            body,
+            header_length,
+            model_name=name,
+            model_version=version,
+            sig=model.signature,
+            limits=limits,
+            shm=service.shared_memory,
         )
         resp = await service.infer(model, req)
-        payload, json_length = http_codec.encode_infer_response(resp, req)
+        payload, json_length = http_codec.encode_infer_response(resp, req, service.shared_memory)
         content = payload if isinstance(payload, bytes) else b"".join(payload)
         if json_length is None:
             return Response(content, media_type=JSON)
@@ -212,5 +219,6 @@ def build_http_app(
             Route(f"{prefix}/unload", guarded(repository_unload), methods=["POST"]),
         ]
     routes += generate_routes(service, limits, read_body, guarded)
+    routes += shared_memory_routes(service, limits, read_body, guarded)
     routes += extra_routes or []
     return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})

@@ -95,6 +95,7 @@ class LocalHost:
         return cls(service, executor, instances)
 
     def close(self) -> None:
+        self.service.shared_memory.close(forget=True)
         self.executor.close()
         for instance in self.instances.values():
             instance.close()

@@ -17,6 +17,7 @@ from serve_app.front_ends import start_front_ends
 from serve_app.local.host import LocalHost
 from serve_app.service.model_table import model_table
 from serve_app.settings import ServerSettings
+from serve_app.shared_memory import MemoryStore, SharedMemory
 
 
 async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
@@ -27,6 +28,7 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         settings.model_repository,
         max_queued=settings.max_queue_size,
         server_name=settings.server_name,
+        shared_memory=SharedMemory(MemoryStore()) if settings.allow_client_shm else None,
     )
     try:
         print(model_table((e.name, e.version, e.state, e.reason) for e in host.service.repository_index()), flush=True)

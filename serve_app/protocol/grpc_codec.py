@@ -27,11 +27,12 @@ from serve_app.inference.types import (
 )
 from serve_app.inference.validate import declared_shape
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
-from serve_app.protocol import tensor_codec
+from serve_app.protocol import shm_codec, tensor_codec
 from serve_app.protocol.limits import ElementBudget, check_counts
 from serve_app.protos import grpc_service_pb2 as pb
+from serve_app.shared_memory import SharedMemory, ShmRef
 
-SHARED_MEMORY_REGION = "shared_memory_region"
+SHARED_MEMORY_REGION = shm_codec.REGION
 
 # Which InferTensorContents field carries each datatype, and the wire type
 # Triton names in its error when another field is used.
@@ -108,10 +109,16 @@ def params_to_pb(params: Mapping[str, object], target: Mapping[str, pb.InferPara
 # --------------------------------------------------------------------------- request
 
 
-def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits = DEFAULT_LIMITS) -> InferRequest:
+def decode_model_infer_request(
+    msg: pb.ModelInferRequest,
+    limits: RequestLimits = DEFAULT_LIMITS,
+    shm: SharedMemory = shm_codec.NO_SHARED_MEMORY,
+) -> InferRequest:
     """Decode a ModelInferRequest; data from raw contents is zero-copy over the
     message's bytes.  ``limits`` are checked on what the message declares, before
-    its tensors are made (its size was grpc's to check)."""
+    its tensors are made (its size was grpc's to check).  Inputs naming a shared
+    memory region are read from it (``shm``), and outputs naming one are checked
+    against it; inputs in shared memory take no raw entry."""
     model = msg.model_name
     raw = msg.raw_input_contents
     n_raw, n_inputs = len(raw), len(msg.inputs)
@@ -131,12 +138,18 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
         if datatype not in datatypes.BY_WIRE:
             raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
         tparams = params_from_pb(io.parameters)
-        if SHARED_MEMORY_REGION in tparams:
-            raise InvalidArgument(
-                f"input '{name}' refers to shared memory region '{tparams[SHARED_MEMORY_REGION]}', but "
-                "shared memory is not supported by this server"
-            )
+        ref = _shm_ref(io)
         has_contents = io.HasField("contents")
+        if ref is not None:
+            if has_contents:
+                raise InvalidArgument(
+                    f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model "
+                    f"'{model}'"
+                )
+            shape = declared_shape(model, name, io.shape)
+            data = shm_codec.input_array(shm, model, name, datatype, shape, ref)
+            inputs.append(InferTensor(name, datatype, shape, data, shm_codec.without_shm(tparams)))
+            continue
         if has_contents and n_raw:
             raise InvalidArgument(
                 f"contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
@@ -154,11 +167,12 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
     outputs: list[RequestedOutput] = []
     for o in msg.outputs:
         oparams = params_from_pb(o.parameters)
-        if SHARED_MEMORY_REGION in oparams:
-            raise InvalidArgument(
-                f"output '{o.name}' refers to shared memory region '{oparams[SHARED_MEMORY_REGION]}', but "
-                "shared memory is not supported by this server"
-            )
+        ref = _shm_ref(o)
+        if ref is not None:
+            if "classification" in oparams:
+                raise InvalidArgument("output can't set both 'shared_memory_region' and 'classification'")
+            shm_codec.check_output(shm, ref)
+            oparams.update({shm_codec.OFFSET: ref.offset, shm_codec.BYTE_SIZE: ref.byte_size})
         outputs.append(RequestedOutput(name=o.name, parameters=oparams))
 
     return InferRequest(
@@ -169,6 +183,39 @@ def decode_model_infer_request(msg: pb.ModelInferRequest, limits: RequestLimits 
         outputs=outputs,
         parameters=parameters,
     )
+
+
+def _shm_ref(
+    tensor: pb.ModelInferRequest.InferInputTensor | pb.ModelInferRequest.InferRequestedOutputTensor,
+) -> ShmRef | None:
+    """A tensor's ``shared_memory_*`` parameters, checked as Triton's gRPC front end checks them."""
+    params, name = tensor.parameters, tensor.name
+    region = params.get(shm_codec.REGION)
+    for key in (shm_codec.OFFSET, shm_codec.BYTE_SIZE):
+        if key in params and region is None:
+            raise InvalidArgument(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{name}'"
+            )
+    if region is None:
+        return None
+    if region.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidArgument(
+            f"invalid value type for 'shared_memory_region' parameter for tensor '{name}', expected string_param."
+        )
+    values: dict[str, int | None] = {}
+    for key in (shm_codec.OFFSET, shm_codec.BYTE_SIZE):
+        p = params.get(key)
+        if p is not None and p.WhichOneof("parameter_choice") != "int64_param":
+            raise InvalidArgument(
+                f"invalid value type for '{key}' parameter for tensor '{name}', expected int64_param."
+            )
+        values[key] = p.int64_param if p is not None else None
+    if values[shm_codec.BYTE_SIZE] is None:
+        raise InvalidArgument(
+            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor "
+            f"'{name}'"
+        )
+    return ShmRef(region.string_param, values[shm_codec.OFFSET] or 0, values[shm_codec.BYTE_SIZE] or 0)
 
 
 def _from_contents(io: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], model: str) -> np.ndarray:
@@ -204,8 +251,12 @@ def _from_contents(io: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, 
 # --------------------------------------------------------------------------- response
 
 
-def encode_model_infer_response(resp: InferResponse) -> pb.ModelInferResponse:
-    """Encode ``resp``; every output's data goes in ``raw_output_contents``."""
+def encode_model_infer_response(
+    resp: InferResponse, request: InferRequest | None = None, shm: SharedMemory = shm_codec.NO_SHARED_MEMORY
+) -> pb.ModelInferResponse:
+    """Encode ``resp``; every output's data goes in ``raw_output_contents``, except that of an output
+    ``request`` placed in shared memory: it is written to its region and its raw entry is empty, as Triton's."""
+    in_shm = shm_codec.write_outputs(shm, request, resp) if request is not None else set()
     msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=str(resp.model_version), id=resp.id)
     params_to_pb(resp.parameters, msg.parameters)
     raw: list[bytes] = []
@@ -216,6 +267,9 @@ def encode_model_infer_response(resp: InferResponse) -> pb.ModelInferResponse:
         out = msg.outputs.add(name=t.name, datatype=t.datatype, shape=shape)
         if t.parameters:
             params_to_pb(t.parameters, out.parameters)
+        if t.name in in_shm:
+            raw.append(b"")
+            continue
         data = tensor_codec.array_to_bytes(t.datatype, t.data)
         raw.append(data if isinstance(data, bytes) else data.tobytes())
     msg.raw_output_contents.extend(raw)

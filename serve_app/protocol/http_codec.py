@@ -38,15 +38,16 @@ from serve_app.inference.types import (
 )
 from serve_app.inference.validate import declared_shape
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
-from serve_app.protocol import tensor_codec
+from serve_app.protocol import shm_codec, tensor_codec
 from serve_app.protocol.limits import ElementBudget, check_counts, check_json_depth
+from serve_app.shared_memory import SharedMemory, ShmRef
 
 INFER_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
 BINARY_DATA_SIZE = "binary_data_size"
 BINARY_DATA = "binary_data"
 BINARY_DATA_OUTPUT = "binary_data_output"
 CLASSIFICATION = "classification"
-SHARED_MEMORY_REGION = "shared_memory_region"
+SHARED_MEMORY_REGION = shm_codec.REGION
 
 _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _INT_MIN, _INT_MAX, _UINT_MAX = -(2**63), 2**63 - 1, 2**64 - 1
@@ -63,6 +64,7 @@ def decode_infer_request(
     model_version: str,
     sig: ModelSignature,
     limits: RequestLimits = DEFAULT_LIMITS,
+    shm: SharedMemory = shm_codec.NO_SHARED_MEMORY,
 ) -> InferRequest:
     """Decode an infer request body.
 
@@ -70,6 +72,8 @@ def decode_infer_request(
     as sent (``None`` when absent: the whole body is JSON).  ``sig`` is only
     needed to infer the input of a raw binary request (``"0"``).  ``limits``
     are checked on what the request declares, before its tensors are made.
+    ``shm``: the registry that inputs and outputs naming a shared memory region
+    are read from and checked against.
     """
     mv = memoryview(body).cast("B") if isinstance(body, memoryview) else memoryview(body)
     total = len(mv)
@@ -111,11 +115,11 @@ def decode_infer_request(
     offset = hlen
     inputs: list[InferTensor] = []
     for item in inputs_json:
-        tensor, offset = _decode_input(item, mv, offset, model_name)
+        tensor, offset = _decode_input(item, mv, offset, model_name, shm)
         inputs.append(tensor)
     if offset != total:
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
-    outputs = [_decode_output(item) for item in outputs_json]
+    outputs = [_decode_output(item, shm) for item in outputs_json]
 
     return InferRequest(
         model_name=model_name,
@@ -189,7 +193,9 @@ def _is_int64(value: object) -> bool:
     return type(value) is int and _INT_MIN <= value <= _INT_MAX
 
 
-def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) -> tuple[InferTensor, int]:
+def _decode_input(
+    item: object, mv: memoryview, offset: int, model_name: str, shm: SharedMemory
+) -> tuple[InferTensor, int]:
     """One ``inputs`` entry; binary data is taken from ``mv`` at ``offset``."""
     if not isinstance(item, dict):
         raise InvalidArgument("Unable to parse 'inputs': each input must be a JSON object")
@@ -227,14 +233,13 @@ def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) ->
                 if on
             )
         raise InvalidArgument(f"{msg} for input '{name}'")
-    if has_shm:
-        raise InvalidArgument(
-            f"input '{name}' refers to shared memory region '{params[SHARED_MEMORY_REGION]}', but shared "
-            "memory is not supported by this server"
-        )
 
     dims = declared_shape(model_name, name, shape)
-    if has_binary:
+    if has_shm:
+        ref = _shm_ref(params)
+        data = shm_codec.input_array(shm, model_name, name, datatype, dims, ref)
+        params = shm_codec.without_shm(params)
+    elif has_binary:
         size = params[BINARY_DATA_SIZE]
         if not _is_uint(size):
             raise InvalidArgument(
@@ -255,21 +260,39 @@ def _decode_input(item: object, mv: memoryview, offset: int, model_name: str) ->
     return InferTensor(name=name, datatype=datatype, shape=dims, data=data, parameters=params), offset
 
 
-def _decode_output(item: object) -> RequestedOutput:
+def _decode_output(item: object, shm: SharedMemory) -> RequestedOutput:
     if not isinstance(item, dict):
         raise InvalidArgument("Unable to parse 'outputs': each output must be a JSON object")
     name = item.get("name")
     if not isinstance(name, str):
         raise InvalidArgument("Unable to parse 'name': each requested output needs a string 'name'")
     params = _parse_params(item.get("parameters"), f"output '{name}'")
+    if SHARED_MEMORY_REGION in params:
+        if CLASSIFICATION in params:
+            raise InvalidArgument("Output can't set both 'shared_memory_region' and 'classification'")
+        if params.get(BINARY_DATA) is True:
+            raise InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'")
     if BINARY_DATA in params and not isinstance(params[BINARY_DATA], bool):
         raise InvalidArgument(f"Unable to parse 'binary_data': expected a boolean for output '{name}'")
     if SHARED_MEMORY_REGION in params:
-        raise InvalidArgument(
-            f"output '{name}' refers to shared memory region '{params[SHARED_MEMORY_REGION]}', but shared "
-            "memory is not supported by this server"
-        )
+        ref = _shm_ref(params)
+        shm_codec.check_output(shm, ref)
+        params = {**params, shm_codec.OFFSET: ref.offset, shm_codec.BYTE_SIZE: ref.byte_size}
     return RequestedOutput(name=name, parameters=params)
+
+
+def _shm_ref(params: dict[str, ParamValue]) -> ShmRef:
+    """A tensor's ``shared_memory_*`` parameters, parsed as Triton's HTTP front end parses them."""
+    region = params[SHARED_MEMORY_REGION]
+    if not isinstance(region, str):
+        raise InvalidArgument("Unable to parse 'shared_memory_region'")
+    offset = params.get(shm_codec.OFFSET, 0)
+    if not _is_uint(offset):
+        raise InvalidArgument("Unable to parse 'shared_memory_offset'")
+    size = params.get(shm_codec.BYTE_SIZE, 0)
+    if not _is_uint(size):
+        raise InvalidArgument("Unable to parse 'shared_memory_byte_size'")
+    return ShmRef(region, offset, size)
 
 
 def _raw_request(
@@ -317,7 +340,7 @@ def _raw_request(
 
 
 def encode_infer_response(
-    response: InferResponse, request: InferRequest
+    response: InferResponse, request: InferRequest, shm: SharedMemory = shm_codec.NO_SHARED_MEMORY
 ) -> tuple[bytes | list[bytes | memoryview], int | None]:
     """Encode ``response`` for ``request``: ``(body, header_length)``.
 
@@ -330,7 +353,8 @@ def encode_infer_response(
     (JSON otherwise); an output it doesn't list, when the request says
     ``binary_data_output: true`` (a raw binary request does), as in Triton.
     Outputs are encoded as listed in ``response``; the caller decides which
-    outputs it holds.
+    outputs it holds.  An output the request placed in shared memory is
+    written to its region (``shm``) and listed without data, as Triton does.
 
     JSON ``data`` is the flattened row-major list.  BYTES elements must be
     valid UTF-8 to go as JSON strings: an element that is not fails the request
@@ -338,6 +362,7 @@ def encode_infer_response(
     altering the bytes or emitting invalid JSON.  BF16 cannot go as JSON
     (InvalidArgument, as in Triton).
     """
+    in_shm = shm_codec.write_outputs(shm, request, response)
     default_binary = request.parameters.get(BINARY_DATA_OUTPUT) is True
     per_output: dict[str, object] = {o.name: o.parameters.get(BINARY_DATA) for o in request.outputs}
 
@@ -350,7 +375,9 @@ def encode_infer_response(
         if math.prod(shape) != np.size(t.data):
             raise InternalError(f"output tensor shape does not match size of output for '{t.name}'")
         entry: dict[str, object] = {"name": t.name, "datatype": t.datatype, "shape": shape}
-        if binary:
+        if t.name in in_shm:  # written to its region: Triton sends neither data nor parameters
+            pass
+        elif binary:
             raw = tensor_codec.array_to_bytes(t.datatype, t.data)
             entry["parameters"] = {BINARY_DATA_SIZE: len(raw)}
             chunks.append(raw)

@@ -35,6 +35,7 @@ from serve_app.service import InferenceService, ModelRegistry, ModelState, Serve
 from serve_app.service.server_link import ServiceLink
 from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
+from serve_app.shared_memory import DirectoryStore, SharedMemory, node_directory
 from serve_app.stats import ModelStats
 from serve_app.transport import ChannelServer
 
@@ -79,6 +80,8 @@ class Gateway:
             repository=ManagerClient(manager),
             max_queued=settings.max_queue_size,
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
+            # the gateways of a node share the registry: a region registered with one serves requests to any
+            shared_memory=SharedMemory(DirectoryStore(node_directory(token))) if settings.allow_client_shm else None,
         )
         self.link.service = self.service
         self._apply_lock = asyncio.Lock()
@@ -265,3 +268,6 @@ class Gateway:
         bls = getattr(self, "_bls_channel", None)
         if bls is not None:
             bls.close()
+        service = getattr(self, "service", None)
+        if service is not None:  # registrations outlive a restarted replica, not the server's shutdown (drain)
+            service.shared_memory.close(forget=not service.accepting)

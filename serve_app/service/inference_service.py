@@ -33,6 +33,7 @@ from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.sequence.scheduler import SequenceScheduler
 from serve_app.service.model_executor import ModelExecutor
 from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
+from serve_app.shared_memory import SharedMemory
 from serve_app.stats import ModelStats
 from serve_app.stats.prometheus import ModelMetrics
 
@@ -48,6 +49,8 @@ EXTENSIONS: tuple[str, ...] = (
     "parameters",
     "statistics",
 )
+# Listed, where Triton lists it, only when clients may register regions (--allow-client-shm).
+SYSTEM_SHARED_MEMORY = "system_shared_memory"
 
 # Triton's answer to load / unload when model control is not explicit.
 NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
@@ -96,17 +99,24 @@ class InferenceService:
         repository: RepositoryControl | None = None,
         max_queued: int = 0,
         stats_source: StatsSource | None = None,
+        shared_memory: SharedMemory | None = None,
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
-        process's schedulers; a host with several front-end processes adds theirs up)."""
+        process's schedulers; a host with several front-end processes adds theirs up).  ``shared_memory``:
+        the system shared memory regions clients registered (default: the extension off)."""
         self.registry = registry
         self.executor = executor
         self.repository = repository
         self.max_queued = max_queued
         self.stats_source: StatsSource = stats_source or self._local_stats
-        self._metadata = ServerMetadata(server_name, server_version, list(extensions))
+        self.shared_memory = shared_memory or SharedMemory()
+        listed = list(extensions)
+        if self.shared_memory.enabled and SYSTEM_SHARED_MEMORY not in listed:
+            at = listed.index("model_configuration") + 1 if "model_configuration" in listed else len(listed)
+            listed.insert(at, SYSTEM_SHARED_MEMORY)
+        self._metadata = ServerMetadata(server_name, server_version, listed)
         self.accepting = True
         self.inflight = 0  # client requests in progress (drained at shutdown)
 

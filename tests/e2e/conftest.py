@@ -132,12 +132,12 @@ def stop_server(server: Server) -> None:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Explicit model control with every model loaded at start, so the repository API works on it."""
+    """Explicit model control with every model loaded at start, so the repository API works on it; clients
+    (the tests, on this host) may register system shared memory."""
     repo = tmp_path_factory.mktemp("model_repository")
     build_repository(repo)
-    started, _ = start_server(
-        tmp_path_factory, repo, ["--model-control-mode", "explicit", "--load-model", "*"], "server"
-    )
+    extra = ["--model-control-mode", "explicit", "--load-model", "*", "--allow-client-shm"]
+    started, _ = start_server(tmp_path_factory, repo, extra, "server")
     yield started
     stop_server(started)
 

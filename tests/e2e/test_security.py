@@ -34,6 +34,7 @@ def secure_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterato
         "--model-control-mode", "explicit", "--load-model", "*", "--gateway-replicas", "2",
         "--http-restricted-api", f"model-repository:{KEY}={SECRET}",
         "--grpc-restricted-protocol", f"model-repository:{KEY}={SECRET}",
+        "--allow-client-shm",  # test_shared_memory.py: regions registered with one gateway serve the other
     ]  # fmt: skip
     server, _ = start_server(tmp_path_factory, repo, extra, "secure", ca_file=str(pki.ca))
     yield server

@@ -225,9 +225,6 @@ async def test_error_codes(grpc_stub: Stub) -> None:
 @pytest.mark.parametrize(
     ("method", "request_type"),
     [
-        ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest),
-        ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest),
-        ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest),
         ("TraceSetting", pb.TraceSettingRequest),
     ],
 )

@@ -146,9 +146,9 @@ CASES = [
     Case(
         "output-shared-memory",
         400,
-        "output 'OUTPUT0' refers to shared memory region 'shm0', but shared memory is not supported",
+        "system shared memory is not enabled on this server",
         inputs=GOOD,
-        outputs=(("OUTPUT0", {"shared_memory_region": "shm0"}),),
+        outputs=(("OUTPUT0", {"shared_memory_region": "shm0", "shared_memory_byte_size": 64}),),
     ),
     Case("backend-raises", 500, "ValueError: engine fell over", inputs=GOOD, setup=_explode),
 ]

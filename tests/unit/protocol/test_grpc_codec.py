@@ -279,8 +279,10 @@ def test_reserved_and_shm_parameters_refused() -> None:
     msg.parameters["triton_x"].bool_param = True
     assert decode_error(msg).startswith("parameter keys starting with 'triton_' are reserved")
     msg = pb.ModelInferRequest(model_name="m", raw_input_contents=[b"\x00" * 4])
-    msg.inputs.add(name="X", datatype="FP32", shape=[1]).parameters["shared_memory_region"].string_param = "r"
-    assert "shared memory is not supported" in decode_error(msg)
+    shm = msg.inputs.add(name="X", datatype="FP32", shape=[1]).parameters
+    shm["shared_memory_region"].string_param = "r"
+    shm["shared_memory_byte_size"].int64_param = 4
+    assert "system shared memory is not enabled on this server" in decode_error(msg)
 
 
 def test_parameter_without_value_refused() -> None:

@@ -392,7 +392,7 @@ def test_neither_data_nor_binary_data_size() -> None:
 
 def test_shared_memory_is_refused() -> None:
     item = {"name": "A", "shape": [1], "datatype": "FP32", "parameters": {"shared_memory_region": "r"}}
-    assert "shared memory is not supported" in decode_error(j({"inputs": [item]}))
+    assert "system shared memory is not enabled on this server" in decode_error(j({"inputs": [item]}))
 
 
 def test_bf16_json_input_rejected() -> None:

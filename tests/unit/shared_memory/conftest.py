@@ -1,0 +1,3 @@
+from tests.support.shm import shm_object
+
+__all__ = ["shm_object"]
