@@ -47,7 +47,7 @@ class SharedMemoryRpcs:
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Any
     ) -> pb.CudaSharedMemoryStatusResponse:
-        cuda.status(request.name)
+        cuda.status(self.service.shared_memory, request.name)
         return pb.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(

@@ -82,10 +82,10 @@ def shared_memory_routes(
         return _ok()
 
     async def cuda_status(request: Request) -> Response:
-        return Response(json.dumps(cuda.status(region(request))), media_type=JSON)
+        return Response(json.dumps(cuda.status(service.shared_memory, region(request))), media_type=JSON)
 
     async def cuda_register(request: Request) -> Response:
-        cuda.register(region(request))
+        cuda.register(region(request), name_required=True)
         return _ok()
 
     async def cuda_unregister(_: Request) -> Response:

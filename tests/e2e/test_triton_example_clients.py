@@ -1,14 +1,16 @@
 """Triton's published Python example clients, replayed: the calls each one makes and the checks it runs.
 
 One server (``--server-name triton``, explicit model control with every model loaded, as the model
-control examples need) on a repository of the models the examples call
-(``tests/support/triton_simple_models.py``). Each test names the example client it stands for; the
-values checked are the clients' own. Model control runs last: it reloads ``simple`` with another config.
+control examples need, and ``--allow-client-shm`` for the shared memory examples) on a repository of the
+models the examples call (``tests/support/triton_simple_models.py``). Each test names the example client it
+stands for; the values checked are the clients' own. Model control runs last: it reloads ``simple`` with
+another config.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
+import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -35,7 +38,7 @@ UNKNOWN_MODEL = "Request for unknown model"
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = models.build(tmp_path_factory.mktemp("triton_examples_repository"))
-    flags = ["--model-control-mode", "explicit", "--load-model", "*", "--server-name", "triton"]
+    flags = ["--model-control-mode", "explicit", "--load-model", "*", "--server-name", "triton", "--allow-client-shm"]
     started, _ = start_server(tmp_path_factory, repo, flags, "triton_examples")
     yield started
     stop_server(started)
@@ -547,6 +550,183 @@ def test_simple_grpc_custom_repeat(triton: Server) -> None:
         assert not isinstance(item, InferenceServerException), item
         out = item.as_numpy("OUT")
         assert len(out) == 1 and out[0] == offset + i
+
+
+# --- shared memory: simple and simple_string through system shared memory regions --------------------
+# The clients' region names and keys, the keys with a suffix so that runs on one host do not meet.
+
+SHM_CLIENTS = {"http": (httpclient, "http_url"), "grpc": (grpcclient, "grpc_url")}
+SHM_CLIENTS |= {"http_aio": (httpaio, "http_url"), "grpc_aio": (grpcaio, "grpc_url")}
+INT32_SIZE = IN0.nbytes
+
+
+async def done(value: Any) -> Any:
+    """A call's result on a sync or an aio client."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def requested(module: Any, name: str) -> Any:
+    """The HTTP clients ask for binary outputs; shared memory outputs carry no data either way."""
+    if module in (httpclient, httpaio):
+        return module.InferRequestedOutput(name, binary_data=True)
+    return module.InferRequestedOutput(name)
+
+
+def shm_status(status: Any) -> dict[str, tuple[str, int, int]]:
+    """Region name -> (key, offset, byte_size), from either protocol's status."""
+    if isinstance(status, list):
+        return {r["name"]: (r["key"], r["offset"], r["byte_size"]) for r in status}
+    return {name: (r.key, r.offset, r.byte_size) for name, r in status.regions.items()}
+
+
+def shm_output(handle: Any, output: Any, offset: int = 0) -> np.ndarray:
+    """An output read back from its region with the datatype and shape the response gives."""
+    datatype, shape = (
+        (output["datatype"], output["shape"]) if isinstance(output, dict) else (output.datatype, output.shape)
+    )
+    return shm.get_contents_as_numpy(handle, utils.triton_to_np_dtype(datatype), list(shape), offset=offset)
+
+
+class ShmRegions:
+    """Regions created, filled and registered as the clients do it; destroyed by ``close``."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.tag, self.handles = client, uuid.uuid4().hex[:8], dict[str, Any]()
+
+    def key(self, key: str) -> str:
+        return f"{key}_{self.tag}"
+
+    async def add(self, name: str, key: str, size: int, contents: list[Any] | None = None) -> Any:
+        handle = self.handles[name] = shm.create_shared_memory_region(name, self.key(key), size)
+        for offset, data in contents or []:
+            shm.set_shared_memory_region(handle, [data], offset=offset)
+        await done(self.client.register_system_shared_memory(name, self.key(key), size))
+        return handle
+
+    async def close(self) -> None:
+        await done(self.client.unregister_system_shared_memory())
+        for handle in self.handles.values():
+            shm.destroy_shared_memory_region(handle)
+        await done(self.client.close())
+
+
+@pytest.mark.parametrize("kind", list(SHM_CLIENTS))
+async def test_simple_shm_client(triton: Server, kind: str) -> None:
+    """simple_{http,grpc}_shm_client.py and their aio versions: both inputs in one region, both outputs in another."""
+    module, url = SHM_CLIENTS[kind]
+    client = module.InferenceServerClient(getattr(triton, url))
+    regions = ShmRegions(client)
+    try:
+        await done(client.unregister_system_shared_memory())
+        await done(client.unregister_cuda_shared_memory())
+        out = await regions.add("output_data", "/output_simple", 2 * INT32_SIZE)
+        await regions.add("input_data", "/input_simple", 2 * INT32_SIZE, [(0, IN0[0]), (INT32_SIZE, ONES[0])])
+        inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_shared_memory("input_data", INT32_SIZE)
+        inputs[1].set_shared_memory("input_data", INT32_SIZE, offset=INT32_SIZE)
+        outputs = [requested(module, "OUTPUT0"), requested(module, "OUTPUT1")]
+        outputs[0].set_shared_memory("output_data", INT32_SIZE)
+        outputs[1].set_shared_memory("output_data", INT32_SIZE, offset=INT32_SIZE)
+        result = await done(client.infer(model_name="simple", inputs=inputs, outputs=outputs))
+        np.testing.assert_array_equal(shm_output(out, result.get_output("OUTPUT0")), IN0 + ONES)
+        np.testing.assert_array_equal(shm_output(out, result.get_output("OUTPUT1"), INT32_SIZE), IN0 - ONES)
+        assert shm_status(await done(client.get_system_shared_memory_status())) == {
+            "input_data": (regions.key("/input_simple"), 0, 2 * INT32_SIZE),
+            "output_data": (regions.key("/output_simple"), 0, 2 * INT32_SIZE),
+        }
+    finally:
+        await regions.close()
+
+
+@pytest.mark.parametrize("kind", list(SHM_CLIENTS))
+async def test_simple_shm_string_client(triton: Server, kind: str) -> None:
+    """simple_{http,grpc}_shm_string_client.py and their aio versions: serialised BYTES tensors, one region
+    each, the output regions exactly the size of the expected results."""
+    module, url = SHM_CLIENTS[kind]
+    client = module.InferenceServerClient(getattr(triton, url))
+    regions = ShmRegions(client)
+    expected = [np.array([[str(i + d).encode() for i in range(16)]], dtype=np.object_) for d in (1, -1)]
+    sizes = [utils.serialized_byte_size(utils.serialize_byte_tensor(e)) for e in expected]
+    try:
+        await done(client.unregister_system_shared_memory())
+        await done(client.unregister_cuda_shared_memory())
+        outs = [await regions.add(f"output{i}_data", f"/output{i}_simple", sizes[i]) for i in (0, 1)]
+        inputs = []
+        for i, data in enumerate((STRING_IN0, STRING_IN1)):
+            serialized = utils.serialize_byte_tensor(data[0])
+            size = utils.serialized_byte_size(serialized)
+            await regions.add(f"input{i}_data", f"/input{i}_simple", size, [(0, serialized)])
+            inputs.append(module.InferInput(f"INPUT{i}", [1, 16], "BYTES"))
+            inputs[-1].set_shared_memory(f"input{i}_data", size)
+        outputs = [requested(module, "OUTPUT0"), requested(module, "OUTPUT1")]
+        for i in (0, 1):
+            outputs[i].set_shared_memory(f"output{i}_data", sizes[i])
+        result = await done(client.infer(model_name="simple_string", inputs=inputs, outputs=outputs))
+        for i in (0, 1):
+            assert shm_output(outs[i], result.get_output(f"OUTPUT{i}")).tolist() == expected[i].tolist()
+        assert sorted(shm_status(await done(client.get_system_shared_memory_status()))) == [
+            "input0_data", "input1_data", "output0_data", "output1_data",
+        ]  # fmt: skip
+    finally:
+        await regions.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+async def test_reuse_infer_objects_client(triton: Server, protocol: str) -> None:
+    """reuse_infer_objects_client.py: the same input and output objects sent through shared memory, then
+    with the data in the request (shared memory unset)."""
+    module, url = SHM_CLIENTS[protocol]
+    client = module.InferenceServerClient(getattr(triton, url))
+    regions = ShmRegions(client)
+    try:
+        client.unregister_system_shared_memory()
+        client.unregister_cuda_shared_memory()
+        outs = [await regions.add(f"output{i}_data", f"/output{i}_simple", INT32_SIZE) for i in (0, 1)]
+        for i, data in enumerate((IN0[0], ONES[0])):
+            await regions.add(f"input{i}_data", f"/input{i}_simple", INT32_SIZE, [(0, data)])
+        inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+        outputs = [module.InferRequestedOutput("OUTPUT0"), module.InferRequestedOutput("OUTPUT1")]
+        for i in (0, 1):
+            inputs[i].set_shared_memory(f"input{i}_data", INT32_SIZE)
+            outputs[i].set_shared_memory(f"output{i}_data", INT32_SIZE)
+        result = client.infer(model_name="simple", inputs=inputs, outputs=outputs)
+        np.testing.assert_array_equal(shm_output(outs[0], result.get_output("OUTPUT0")), IN0 + ONES)
+        np.testing.assert_array_equal(shm_output(outs[1], result.get_output("OUTPUT1")), IN0 - ONES)
+        inputs[0].set_data_from_numpy(IN0)
+        inputs[1].set_data_from_numpy(2 * ONES)
+        for output in outputs:
+            output.unset_shared_memory()
+        check_add_sub(client.infer(model_name="simple", inputs=inputs, outputs=outputs), IN0, 2 * ONES)
+    finally:
+        await regions.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+async def test_cudashm_clients_without_gpu(triton: Server, protocol: str) -> None:
+    """simple_{http,grpc}_cudashm_client.py need a GPU on the client's side; here their calls are answered
+    as a Triton built without GPU support answers them (with one namespace for both kinds of region)."""
+    module, url = SHM_CLIENTS[protocol]
+    client = module.InferenceServerClient(getattr(triton, url))
+    client.unregister_system_shared_memory()
+    client.unregister_cuda_shared_memory()
+    with pytest.raises(
+        InferenceServerException,
+        match="failed to register CUDA shared memory region: 'output0_data', GPUs not supported",
+    ):
+        client.register_cuda_shared_memory("output0_data", b"\0" * 64, 0, INT32_SIZE)
+    status = client.get_cuda_shared_memory_status()
+    assert status == [] if protocol == "http" else len(status.regions) == 0
+    regions = ShmRegions(client)
+    try:
+        await regions.add("input0_data", "/input0_simple", INT32_SIZE)
+        with pytest.raises(
+            InferenceServerException, match="'input0_data' is registered as system shared memory, not CUDA"
+        ):
+            client.get_cuda_shared_memory_status("input0_data")
+        client.unregister_cuda_shared_memory("input0_data")  # not a CUDA region: nothing to do
+        assert list(shm_status(client.get_system_shared_memory_status())) == ["input0_data"]
+    finally:
+        await regions.close()
 
 
 # --- model control (last: it reloads and unloads simple, then loads it back) ------------------------

@@ -208,3 +208,9 @@ async def test_cuda_shared_memory_is_answered_as_without_gpus(http: httpx.AsyncC
         await grpc_stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="c", byte_size=8))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     await grpc_stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest(name="c"))
+    # no name: Triton's HTTP handler asks for one, its gRPC handler refuses the region as any other
+    r = await http.post("/v2/cudasharedmemory/register", json={"raw_handle": {"b64": ""}, "byte_size": 8})
+    assert r.json()["error"] == "'region name' is necessary to register cuda shared memory region"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await grpc_stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(byte_size=8))
+    assert err.value.details() == "failed to register CUDA shared memory region: '', GPUs not supported"
