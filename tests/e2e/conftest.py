@@ -132,11 +132,12 @@ def stop_server(server: Server) -> None:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Explicit model control with every model loaded at start, so the repository API works on it."""
+    """Explicit model control with every model loaded at start, so the repository API works on it.  With Ray's
+    INFO logs (``--ray-logs``): its log says more when a test fails, and test_warmup reads a replica's INFO line."""
     repo = tmp_path_factory.mktemp("model_repository")
     build_repository(repo)
     started, _ = start_server(
-        tmp_path_factory, repo, ["--model-control-mode", "explicit", "--load-model", "*"], "server"
+        tmp_path_factory, repo, ["--model-control-mode", "explicit", "--load-model", "*", "--ray-logs"], "server"
     )
     yield started
     stop_server(started)
