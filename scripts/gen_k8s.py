@@ -60,7 +60,7 @@ def gateway_deployment() -> dict[str, Any]:
     from serve_app.settings import ServerSettings
 
     with tempfile.TemporaryDirectory() as empty:
-        app = build_application(ServerSettings(model_repository=empty), gpus=ClusterGpus(), report=lambda _: None)
+        app = build_application(ServerSettings(model_repository=empty), gpus=ClusterGpus())
     gateway = app._bound_deployment  # the ingress of the application: the gateway
     options = dict(gateway.ray_actor_options or {})
     options["resources"] = {**options.get("resources", {}), GATEWAY_RESOURCE: 1}

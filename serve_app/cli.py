@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         from serve_app.local.server import serve_locally
 
         return serve_locally(settings)
+    from serve_app.rayserve.console import prepare_environment
+
+    prepare_environment(settings, starts_ray=ns.address is None)  # before Ray is imported
     from serve_app.rayserve.runner import RayOptions, serve_on_ray
 
     ray = RayOptions(ns.address, ns.num_cpus, ns.dashboard, ns.object_store_memory)

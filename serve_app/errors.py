@@ -95,9 +95,22 @@ def as_serve_error(exc: BaseException) -> ServeError:
         seen.add(id(cur))
         inner = cur
         cur = getattr(cur, "cause", None) or cur.__cause__
-    if type(inner).__module__.startswith("ray"):  # a Ray error without a cause: its own text is internals
-        return InternalError(f"the server could not complete the request ({type(inner).__name__})")
+    if type(inner).__module__.startswith("ray"):  # a Ray error without a cause: its text and name are internals
+        return InternalError(f"the server could not complete the request: {_ray_failure(type(inner).__name__)}")
     return InternalError(f"{type(inner).__name__}: {inner}")
+
+
+def _ray_failure(kind: str) -> str:
+    """What a Ray error (by its class name) means to a client, in words that don't name Ray."""
+    if "Timeout" in kind:
+        return "it timed out"
+    if "Cancel" in kind:
+        return "it was cancelled"
+    if "Actor" in kind or "Worker" in kind or "Node" in kind:
+        return "a server process it needed stopped"
+    if "Object" in kind or "Owner" in kind:
+        return "data it needed was lost"
+    return "a server process failed"
 
 
 _BY_CODE: dict[ErrorCode, type[ServeError]] = {

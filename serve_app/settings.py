@@ -164,6 +164,12 @@ class ServerSettings:
         "on SIGTERM/SIGINT: stop accepting requests (503), then wait this long for those in progress",
         flag="--exit-timeout-secs",
     )
+    ray_logs: bool = setting(
+        False,
+        "print Ray's and Serve's own INFO logs (Ray's start, the Serve controller, deployments and replicas, "
+        "each line prefixed with its process); off: they log warnings and errors only, and the server prints "
+        "one line per model, its table of models and its ready line",
+    )
 
     def __post_init__(self) -> None:
         if self.model_control_mode not in CONTROL_MODES:

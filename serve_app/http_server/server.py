@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
+from serve_app.http_server.framing import ChunkedWinsProtocol
 from serve_app.security.tls import TlsSettings
 
 
@@ -45,7 +46,13 @@ def serve_http(
     """Serve ``app`` on ``sock`` in the running loop; the server (``should_exit`` stops it) and its task."""
     options = uvicorn_tls_options(tls) if tls is not None else {}
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=60, **options
+        app,
+        http=ChunkedWinsProtocol,  # uvicorn's httptools protocol; a chunked body wins over a Content-Length
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=60,
+        **options,
     )
     server = uvicorn.Server(config)
     return server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))

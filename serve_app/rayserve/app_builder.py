@@ -12,7 +12,8 @@ import secrets
 from typing import Any
 
 from serve_app.placement import ClusterGpus
-from serve_app.rayserve.model_apps import QUIET_LOGS, REPLICA_ENV, deployment_name, replica_options
+from serve_app.rayserve.console import serve_logging
+from serve_app.rayserve.model_apps import REPLICA_ENV, deployment_name, replica_options
 from serve_app.settings import ServerSettings
 
 __all__ = ["build_application", "deployment_name", "replica_options"]
@@ -20,7 +21,7 @@ __all__ = ["build_application", "deployment_name", "replica_options"]
 logger = logging.getLogger("serve_app")
 
 
-def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = None, report: Any = print) -> Any:
+def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = None) -> Any:
     """The bound application; ``gpus`` fixes the cluster's GPUs instead of asking Ray (tests)."""
     from ray import serve
 
@@ -37,7 +38,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
             name="sequence_router",
             num_replicas=1,
             max_ongoing_requests=1000,
-            logging_config=QUIET_LOGS,
+            logging_config=serve_logging(settings),
             ray_actor_options=light,
         )
         .bind(token, settings.app_name)
@@ -48,7 +49,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
             name="model_manager",
             num_replicas=1,
             max_ongoing_requests=1000,
-            logging_config=QUIET_LOGS,
+            logging_config=serve_logging(settings),
             ray_actor_options=light,
             graceful_shutdown_timeout_s=60,
         )
@@ -58,8 +59,7 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
         name="gateway",
         num_replicas=settings.gateway_replicas,
         max_ongoing_requests=1000,
-        logging_config=QUIET_LOGS,
+        logging_config=serve_logging(settings),
         ray_actor_options=light,
     )
-    report(f"serve_app: model repository {settings.model_repository}, model control mode {settings.model_control_mode}")
     return gateway.bind(settings, token, manager, router)

@@ -95,14 +95,12 @@ class Gateway:
         self._watcher = asyncio.get_running_loop().create_task(self._watch_state())
 
     async def _take_content(self) -> None:
-        """Load the CPU instances this gateway holds before it serves; the models whose instances failed to
-        load fail (the manager unloads them, as a failed load)."""
+        """Load the CPU instances this gateway holds before it serves, and tell the manager how it went: the
+        models whose instances failed to load fail (the manager unloads them, as a failed load)."""
         assert self.hosting is not None
         revision, loads = await self._manager.hosting.remote(self.hosting.pool.name)
         statuses = await self.hosting.apply(revision, loads)
-        failed = {group: error for group, error in statuses.items() if error}
-        if failed:
-            await self._manager.hosting_failed.remote(self.hosting.pool.name, failed)
+        await self._manager.hosting_taken.remote(self.hosting.pool.name, statuses)
 
     # -- what Python models elsewhere call (BLS and model control through the schedulers here) ---------
     async def bls_infer(self, request: InferRequest) -> InferResponse:

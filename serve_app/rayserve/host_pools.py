@@ -34,6 +34,9 @@ class HostPools:
         self._content: dict[str, dict[str, InstanceLoad]] = {}  # pool -> group id -> load
         self.revision = time.time_ns() // 1_000_000  # grows across manager restarts too
         self._changed = asyncio.Condition()
+        # Groups put in a pool none of whose hosts runs yet (gateways that are starting): they load them as
+        # they start, and say how it went (ModelManager.hosting_taken).
+        self.awaiting: set[str] = set()
 
     def app_name(self, pool: HostPool) -> str:
         if pool.in_deployment is not None:
@@ -81,6 +84,8 @@ class HostPools:
                 if problem:
                     errors[gid] = problem
                     continue
+                if not replies:
+                    self.awaiting.add(gid)
                 for reply in replies:
                     if reply.get(gid):
                         errors[gid] = reply[gid]
@@ -106,7 +111,7 @@ class HostPools:
         """The content to every host of ``pool``: (each host's statuses, a problem that left none).
 
         Gateways that hold instances themselves may not run yet (the server is starting, or Serve is
-        replacing one): they load the content as they start and report what failed (``hosting_failed``),
+        replacing one): they load the content as they start and report how it went (``hosting_taken``),
         so finding none is not a failure there."""
         spec = self.deployed.get(pool)
         if spec is None:

@@ -36,6 +36,7 @@ from serve_app.placement import (
     plan_replicas,
     share_gpus,
 )
+from serve_app.rayserve.console import serve_logging
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelSource
 from serve_app.sequence.batcher import SequenceBatchingConfig
@@ -51,8 +52,6 @@ REPLICA_ENV = {
 }
 
 # One access-log line per Ray call costs CPU on the hot path; errors are still logged.
-QUIET_LOGS = {"enable_access_log": False}
-
 # How long a stopping instance may finish its work (in-flight batches; live sequences when scaled down).
 GRACEFUL_SHUTDOWN_S = 30.0
 
@@ -211,7 +210,7 @@ def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "num_replicas": pool.replicas,
         "max_ongoing_requests": 1000,  # gateways reach instances over channels: Serve calls are control only
-        "logging_config": QUIET_LOGS,
+        "logging_config": serve_logging(settings),
         "ray_actor_options": actor,
         "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
         "graceful_shutdown_wait_loop_s": 0.2,
@@ -242,7 +241,7 @@ def replica_options(
         actor["resources"] = dict(group.resources)
     options: dict[str, Any] = {
         "max_ongoing_requests": max(8, settings.max_inflight_per_instance * settings.gateway_replicas * 2),
-        "logging_config": QUIET_LOGS,
+        "logging_config": serve_logging(settings),
         "ray_actor_options": actor,
         "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
         "graceful_shutdown_wait_loop_s": 0.2,

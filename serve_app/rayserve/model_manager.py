@@ -31,6 +31,7 @@ from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
+from serve_app.rayserve.console import failed_line, loaded_line, models_logger, unloaded_line
 from serve_app.rayserve.host_pools import HostPools
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
@@ -41,6 +42,7 @@ from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
 
 logger = logging.getLogger("ray.serve")
+models_log = models_logger()  # one line per model as it loads, whatever Ray's and Serve's level
 
 APP_POLL_S = 0.25
 # Serve's status message for replicas waiting for resources (ray/serve/_private/deployment_state.py).
@@ -77,6 +79,7 @@ class ModelManager:
         self._pools = HostPools(settings)
         self._sequence: dict[str, list[SequenceModelSpec]] = {}
         self._failed: dict[str, str] = {}  # model -> why nothing of it is served
+        self._unannounced: dict[str, set[str]] = {}  # model -> its groups starting gateways have yet to load
         self._next_generation = time.time_ns() // 1_000_000  # unique across manager restarts
         self._gpus = gpus if gpus is not None else await asyncio.to_thread(wait_for_gpus, settings, logger.info)
         orphans = await asyncio.to_thread(self._own_apps)
@@ -114,6 +117,21 @@ class ModelManager:
         """A host's long poll: ``pool``'s content once it changes after ``revision`` (or after a while)."""
         return await self._pools.wait(pool, revision, WATCH_TIMEOUT_S)
 
+    async def hosting_taken(self, pool: str, statuses: dict[str, str]) -> int:
+        """A host that took its pool's content as it started (a gateway) says how each group loaded (group id
+        -> its error, "" when loaded): failures as :meth:`hosting_failed`; the models it was the first to
+        load get their line.  Returns the new revision of the serving state."""
+        self._pools.awaiting -= set(statuses)
+        failures = {group: error for group, error in statuses.items() if error}
+        revision = await self.hosting_failed(pool, failures) if failures else self._revision
+        loaded = set(statuses) - set(failures)
+        for name, groups in list(self._unannounced.items()):
+            if groups & loaded:
+                del self._unannounced[name]
+                if name in self._served:
+                    models_log.info(loaded_line(name, _versions(self._served[name])))
+        return revision
+
     async def hosting_failed(self, pool: str, failures: dict[str, str]) -> int:
         """A host that took its pool's content as it started (a gateway) could not load some groups (group id ->
         why): their models fail, as a failed load does.  Returns the new revision of the serving state."""
@@ -121,7 +139,8 @@ class ModelManager:
             models = self._pools.models_of(pool, set(failures))
             reasons = {name: failures[gid] for gid, name in models.items() if name in self._served}
             for name, reason in reasons.items():
-                logger.warning("model '%s': failed to load: %s", name, reason)
+                self._unannounced.pop(name, None)
+                models_log.error(failed_line(name, reason))
             if reasons:
                 await self._remove(sorted(reasons), "", failures=reasons)
             return self._revision
@@ -154,7 +173,7 @@ class ModelManager:
                 sources[name] = self._repo.load(name)
             except Exception as exc:
                 err = as_serve_error(exc)
-                logger.warning("model '%s': failed to load: %s", name, err.message)
+                models_log.error(failed_line(name, err.message))
                 self._failed[name] = err.message
                 self.control.load_failed(name, err.message)
         return sources
@@ -214,7 +233,7 @@ class ModelManager:
             new_apps = [a for sv in plan.served if sv.name == name for a in (r.app for r in sv.deployments)]
             new_apps = [a for a in new_apps if a in plan.apps]  # the model's own applications, not host pools
             if name in failures:
-                logger.warning("model '%s': failed to load: %s", name, failures[name])
+                models_log.error(failed_line(name, failures[name]))
                 stale += new_apps
                 stale_groups |= plan.hosted_groups(name)
                 self.control.load_failed(name, failures[name])
@@ -224,6 +243,12 @@ class ModelManager:
             stale += self._apps.get(name, [])
             stale_groups |= self._hosted.get(name, set())
             self._served[name] = [_ready(sv, kept.get((sv.name, sv.version))) for sv in plan.served if sv.name == name]
+            awaiting = plan.hosted_groups(name) & self._pools.awaiting
+            if awaiting:  # loaded once a starting gateway says so (hosting_taken)
+                self._unannounced[name] = awaiting
+            else:
+                self._unannounced.pop(name, None)
+                models_log.info(loaded_line(name, _versions(self._served[name])))
             self._apps[name] = new_apps
             self._hosted[name] = plan.hosted_groups(name)
             self._sequence[name] = [m for m in plan.sequence_models if m.name == name]
@@ -345,7 +370,7 @@ class ModelManager:
         for name in names:
             stale += self._apps.pop(name, [])
             stale_groups |= self._hosted.pop(name, set())
-            self._served.pop(name, None)
+            served = self._served.pop(name, None)
             self._sequence.pop(name, None)
             if failures and name in failures:  # it never really served: listed as failed to load, with why
                 self._failed[name] = failures[name]
@@ -354,6 +379,8 @@ class ModelManager:
             else:
                 self._failed[name] = reason
                 self.control.unloaded(name)
+                if served:
+                    models_log.info(unloaded_line(name))
         await self._publish(stale, stale_groups, unloading=True)
 
     async def _publish(self, stale: list[str], stale_groups: set[str] | None = None, unloading: bool = False) -> None:
@@ -406,7 +433,7 @@ class ModelManager:
                     sources[name] = await asyncio.to_thread(self._repo.load, name)
                 except Exception as exc:
                     message = as_serve_error(exc).message
-                    logger.warning("model '%s': failed to load: %s", name, message)
+                    models_log.error(failed_line(name, message))
                     self.control.load_failed(name, message)
                     if name not in self._served:
                         self._failed[name] = message
@@ -452,6 +479,10 @@ def _unplaced(app: Any) -> str:
                 "would let it load)"
             )
     return ""
+
+
+def _versions(served: list[ServedVersion]) -> list[tuple[int, str, str]]:
+    return [(v.version, v.state, v.reason) for v in served]
 
 
 def _ready(sv: ServedVersion, failure: str | None = None) -> ServedVersion:

@@ -15,6 +15,7 @@ from ray import serve
 
 from serve_app.errors import ServeError
 from serve_app.rayserve.app_builder import build_application
+from serve_app.rayserve.console import quiet_driver, ray_log_level, serve_logging
 from serve_app.service.model_table import model_table
 from serve_app.settings import ServerSettings
 
@@ -43,7 +44,7 @@ def ensure_serve_started(settings: ServerSettings) -> None:
         else:
             # A local Ray for `serve run`: instances share the cores, as in Triton.
             ray.init(namespace="serve", num_cpus=local_num_cpus())
-    serve.start(proxy_location="Disabled")
+    serve.start(proxy_location="Disabled", logging_config=serve_logging(settings))
 
 
 def local_num_cpus() -> int:
@@ -88,20 +89,23 @@ def _deploy(app: Any, name: str, stop: threading.Event) -> Any:
 def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
     """Start (or join) Ray, deploy the server's application, serve until SIGINT/SIGTERM, drain, stop."""
     started_ray = options.address is None
+    quiet_driver(settings)
+    level = ray_log_level(settings)
     if started_ray:
         ray.init(
             num_cpus=options.num_cpus or local_num_cpus(),
             include_dashboard=options.dashboard,
             object_store_memory=options.object_store_memory,
             namespace="serve",
+            logging_level=level,
         )
     else:
-        ray.init(address=options.address, namespace="serve")
+        ray.init(address=options.address, namespace="serve", logging_level=level)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        serve.start(proxy_location="Disabled")
+        serve.start(proxy_location="Disabled", logging_config=serve_logging(settings))
         try:
             app = build_application(settings)
         except ServeError as exc:
@@ -116,7 +120,8 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
         print(model_table((name, str(version), state, reason) for name, version, state, reason in states), flush=True)
         print(
             f"serve_app ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:{settings.http_port}, "
-            f"gRPC {settings.host}:{settings.grpc_port}",
+            f"gRPC {settings.host}:{settings.grpc_port}, metrics {settings.host}:{settings.metrics_port}; "
+            f"model repository {settings.model_repository} (model control mode {settings.model_control_mode})",
             flush=True,
         )
         while not stop.wait(0.2):

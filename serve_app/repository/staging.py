@@ -25,14 +25,28 @@ from serve_app.repository.repository import validate_model_name
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
+MAX_PATH_BYTES = 4096  # Linux's PATH_MAX: a longer path can't be opened by its name
+MAX_PATH_DEPTH = 64  # directories a file may lie under: a deeper tree is no model's, and walking it (to read or
+# delete it) recurses once per level
+_SHOWN = 200  # characters of a refused path that its error repeats
+
+
+def shown(path: object) -> str:
+    """A path as an error message repeats it: cut after a few hundred characters."""
+    text = str(path)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
 def staged_path(path: str) -> PurePosixPath:
     """``path`` as a relative path inside the model directory, or InvalidArgument saying why it is not one."""
 
-    def refuse(why: str) -> InvalidArgument:
-        return InvalidArgument(f"Invalid file parameter 'file:{path}': {why}; it must stay within model directory")
+    def refuse(why: str, rule: str = "; it must stay within model directory") -> InvalidArgument:
+        return InvalidArgument(f"Invalid file parameter 'file:{shown(path)}': {why}{rule}")
 
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise refuse(f"the path is longer than {MAX_PATH_BYTES} bytes", "")
+    if path.count("/") >= MAX_PATH_DEPTH:
+        raise refuse(f"the path is more than {MAX_PATH_DEPTH} directories deep", "")
     if not path:
         raise refuse("the path is empty")
     if "\x00" in path:
@@ -65,7 +79,7 @@ def stage_files(files: Mapping[str, bytes], root: Path, model: str) -> Path:
             except OSError as exc:  # e.g. a path component longer than the file system allows
                 raise InternalError(
                     f"failed to load '{model}', failed to poll from model repository: Invalid file parameter "
-                    f"'file:{rel}': {exc.strerror or exc}"
+                    f"'file:{shown(rel)}': {exc.strerror or exc}"
                 ) from None
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
@@ -90,7 +104,7 @@ def _check_no_file_is_a_directory(paths: Mapping[PurePosixPath, bytes]) -> None:
         for parent in rel.parents:
             if parent != PurePosixPath(".") and parent in paths:
                 raise InvalidArgument(
-                    f"Invalid file parameter 'file:{rel}', directory '{parent}' has been given as a file"
+                    f"Invalid file parameter 'file:{shown(rel)}', directory '{shown(parent)}' has been given as a file"
                 )
 
 
@@ -98,7 +112,7 @@ def _write(directory: Path, rel: PurePosixPath, content: bytes) -> None:
     """Create ``rel``'s parent directories and the file itself, all new, none through a link."""
 
     def refuse(why: str) -> InvalidArgument:
-        return InvalidArgument(f"Invalid file parameter 'file:{rel}': {why}")
+        return InvalidArgument(f"Invalid file parameter 'file:{shown(rel)}': {why}")
 
     fd = os.open(directory, _DIR_FLAGS)
     try:

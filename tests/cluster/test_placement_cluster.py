@@ -139,7 +139,7 @@ def deployed(gpu_cluster: SimCluster, repo: pathlib.Path) -> Deployed:
     from serve_app.rayserve.cluster import cluster_gpus
 
     settings = settings_for(repo, APP)
-    app = build_application(settings, report=lambda _: None)
+    app = build_application(settings)
     serve.run(app, name=APP, route_prefix=None)
     report = plan_report(repo, settings, cluster_gpus(GPU_RESOURCE_PREFIX))
     return Deployed(settings, report, gpu_cluster)
@@ -238,7 +238,7 @@ def test_auto_resolving_to_cpu_hides_the_nodes_gpus(gpu_cluster: SimCluster, tmp
     from serve_app.rayserve.app_builder import build_application
 
     repo = write_repo(tmp_path, {"auto": "instance_group [ { kind: KIND_AUTO count: 1 } ]"})
-    app = build_application(settings_for(repo, "no_gpus"), gpus=ClusterGpus(0), report=lambda _: None)
+    app = build_application(settings_for(repo, "no_gpus"), gpus=ClusterGpus(0))
     serve.run(app, name="no_gpus", route_prefix=None)
     try:
         (p,) = placements("no_gpus", "auto.v1.g0", 1, gpu_cluster)

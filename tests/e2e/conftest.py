@@ -133,10 +133,11 @@ def stop_server(server: Server) -> None:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Explicit model control with every model loaded at start, so the repository API works on it; clients
-    (the tests, on this host) may register system shared memory."""
+    (the tests, on this host) may register system shared memory.  With Ray's INFO logs (``--ray-logs``): its log
+    says more when a test fails, and test_warmup reads a replica's INFO line."""
     repo = tmp_path_factory.mktemp("model_repository")
     build_repository(repo)
-    extra = ["--model-control-mode", "explicit", "--load-model", "*", "--allow-client-shm"]
+    extra = ["--model-control-mode", "explicit", "--load-model", "*", "--allow-client-shm", "--ray-logs"]
     started, _ = start_server(tmp_path_factory, repo, extra, "server")
     yield started
     stop_server(started)

@@ -29,6 +29,17 @@ def test_a_ray_error_without_a_cause_shows_none_of_its_text() -> None:
     assert "pid" not in err.message and "Traceback" not in err.message and "ray::" not in err.message
 
 
+def test_a_ray_error_without_a_cause_is_named_in_words_that_do_not_name_ray() -> None:
+    said = {}
+    for kind in ("RayActorError", "ActorDiedError", "GetTimeoutError", "TaskCancelledError", "ObjectLostError",
+                 "RaySystemError"):  # fmt: skip
+        error_type = type(kind, (RayTaskError,), {"__module__": "ray.exceptions"})
+        said[kind] = as_serve_error(error_type("ray::x (pid=7)", None)).message
+        assert "Ray" not in said[kind] and "ray" not in said[kind].lower().split(), said[kind]
+    assert said["RayActorError"].endswith("a server process it needed stopped")
+    assert said["GetTimeoutError"].endswith("it timed out")
+
+
 def test_error_of_maps_each_code_to_its_class() -> None:
     for code in ErrorCode:
         assert error_of(code, "m").code is code

@@ -276,7 +276,7 @@ def test_gateway_is_pinned_to_the_gateway_group(label: str, rs: dict[str, Any]) 
     assert options["resources"] == {gen_k8s.GATEWAY_RESOURCE: 1}
     # A config's ray_actor_options replace the code's: everything else must be the code's own.
     with tempfile.TemporaryDirectory() as empty:
-        app = build_application(ServerSettings(model_repository=empty), gpus=ClusterGpus(), report=lambda _: None)
+        app = build_application(ServerSettings(model_repository=empty), gpus=ClusterGpus())
     gateway = app._bound_deployment
     assert override["name"] == gateway.name
     assert {k: v for k, v in options.items() if k != "resources"} == gateway.ray_actor_options

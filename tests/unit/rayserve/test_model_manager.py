@@ -6,7 +6,9 @@ _snapshot and index; and plan_model_apps (Serve applications bound, not run)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from serve_app.autoscale import AutoscalingSpec
 from serve_app.errors import InvalidArgument
 from serve_app.placement import ClusterGpus
+from serve_app.rayserve.console import MODELS_LOGGER
 from serve_app.rayserve.model_apps import ModelApps, app_name, deployment_name, plan_model_apps
 from serve_app.rayserve.model_manager import ModelManager, _load_error, _ready
 from serve_app.repository import ModelRepository, ModelSource
@@ -60,7 +63,10 @@ class Manager:
         mgr._lock = asyncio.Lock()
         mgr._revision = 100
         mgr._served, mgr._apps, mgr._hosted, mgr._sequence, mgr._failed = {}, {}, {}, {}, {}
-        mgr._pools = SimpleNamespace(deployed={}, app_name=lambda pool: pool.deployment)  # type: ignore[assignment]
+        mgr._unannounced = {}
+        mgr._pools = SimpleNamespace(  # type: ignore[assignment]
+            deployed={}, app_name=lambda pool: pool.deployment, awaiting=set()
+        )
         mgr._next_generation = 1000
         mgr._gpus = ClusterGpus(total=0)
         self.mgr = mgr
@@ -318,6 +324,7 @@ class FakePools:
         self.deployed: dict[str, Any] = {}
         self.content: dict[str, Any] = {}
         self.removed: set[str] = set()
+        self.awaiting: set[str] = set()
 
     def app_name(self, pool: Any) -> str:
         return pool.in_deployment[1] if pool.in_deployment else pool.deployment
@@ -328,6 +335,7 @@ class FakePools:
         for group in loads.values():
             for load in group:
                 self.content[InstanceHost.group_id(load)] = load
+        self.awaiting |= set(self.content)
         return dict.fromkeys(self.content, "")  # pending: nothing failed yet
 
     async def remove(self, group_ids: set[str], timeout_s: float) -> None:
@@ -358,3 +366,60 @@ async def test_a_group_a_gateway_failed_to_load_as_it_started_fails_its_model(re
     assert m.mgr._snapshot().failed == (("add_sub", "warmup sample 'x' failed"),)
     (entry,) = [e for e in await m.mgr.index() if e.name == "add_sub"]
     assert (entry.state, entry.reason) == ("UNAVAILABLE", "warmup sample 'x' failed")
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def model_lines() -> Iterator[list[str]]:
+    """The lines the manager prints per model (its own logger, which does not propagate)."""
+    log, handler = logging.getLogger(MODELS_LOGGER), _Lines()
+    log.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        log.removeHandler(handler)
+
+
+async def test_a_model_gets_its_line_once_it_loads(repo: pathlib.Path, model_lines: list[str]) -> None:
+    example_models.identity(repo, "FP32", name="broken")
+    m = Manager(repo, mode=ControlMode.EXPLICIT, model_control_mode="explicit")
+    await m.mgr.load("add_sub")
+    m.bad["broken"] = "model.py raised"
+    with pytest.raises(InvalidArgument):
+        await m.mgr.load("broken")
+    await m.mgr.unload("add_sub")
+    assert model_lines == [
+        "successfully loaded 'add_sub' version 1",
+        "failed to load 'broken': model.py raised",
+        "successfully unloaded 'add_sub'",
+    ]
+
+
+async def test_a_model_the_starting_gateways_hold_gets_its_line_when_they_loaded_it(
+    repo: pathlib.Path, model_lines: list[str]
+) -> None:
+    example_models.identity(repo, "FP32", name="identity_fp32")
+    m = Manager(repo, mode=ControlMode.EXPLICIT, model_control_mode="explicit")
+    m.mgr.settings = ServerSettings(str(repo))  # shared hosts, CPU instances in the gateways
+    pools = FakePools()
+    m.mgr._pools = pools  # type: ignore[assignment]
+    await m.mgr.load("add_sub")
+    await m.mgr.load("identity_fp32")
+    assert model_lines == []  # no gateway runs yet: not loaded anywhere
+    ok, bad = sorted(pools.content, key=lambda g: "add_sub" not in g)
+    await m.mgr.hosting_taken("cpu", {ok: "", bad: "warmup sample 'x' failed"})
+    assert model_lines == [
+        "failed to load 'identity_fp32': warmup sample 'x' failed",
+        "successfully loaded 'add_sub' version 1",
+    ]
+    assert pools.awaiting == set()
+    await m.mgr.hosting_taken("cpu", {ok: ""})  # a second gateway: the line is said once
+    assert len(model_lines) == 2

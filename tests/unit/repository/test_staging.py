@@ -108,3 +108,29 @@ def test_a_path_the_file_system_refuses_fails_with_tritons_words(tmp_path: Path)
         stage_files({"1/" + "x" * 300: b"data"}, tmp_path / "staging", "m")
     assert info.value.message.startswith("failed to load 'm', failed to poll from model repository: ")
     assert list((tmp_path / "staging").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("1/" + "d/" * 100 + "model.onnx", "more than 64 directories deep"),
+        ("1/" + "d/" * 3000 + "model.onnx", "longer than 4096 bytes"),
+        ("1/" + "d" * 200 + "/" + "e" * 200 + "/" + "f" * 4000, "longer than 4096 bytes"),
+    ],
+    ids=["deep", "long-and-deep", "long"],
+)
+def test_a_path_too_long_or_too_deep_is_refused_before_anything_is_written(tmp_path: Path, path: str, why: str) -> None:
+    """Written, such a tree couldn't be deleted again (deleting it recurses once per level)."""
+    with pytest.raises(InvalidArgument) as info:
+        stage_files({path: b"data"}, tmp_path / "staging", "m")
+    assert why in info.value.message
+    assert len(info.value.message) < 400  # the path is cut in the message
+    assert not (tmp_path / "staging").exists()
+
+
+def test_a_path_64_directories_deep_is_staged_and_removed(tmp_path: Path) -> None:
+    root = tmp_path / "staging"
+    directory = stage_files({"d/" * 63 + "x.bin": b"x"}, root, "m")
+    assert (directory / ("d/" * 63 + "x.bin")).read_bytes() == b"x"
+    remove_staged(directory, root)
+    assert not directory.exists()

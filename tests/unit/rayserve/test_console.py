@@ -1,0 +1,53 @@
+"""What the server prints: the one line per model, and how quiet Ray and Serve are told to be."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from serve_app.rayserve.console import (
+    failed_line,
+    loaded_line,
+    prepare_environment,
+    serve_logging,
+    unloaded_line,
+)
+from serve_app.settings import ServerSettings
+
+
+def test_a_loaded_model_is_one_line_with_its_versions() -> None:
+    assert loaded_line("m", [(1, "READY", "")]) == "successfully loaded 'm' version 1"
+    assert loaded_line("m", [(3, "READY", ""), (2, "READY", "")]) == "successfully loaded 'm' versions 2, 3"
+
+
+def test_a_version_kept_unavailable_says_why() -> None:
+    line = loaded_line("m", [(1, "READY", ""), (2, "UNAVAILABLE", "no CUDA here")])
+    assert line == "loaded 'm' version 2 UNAVAILABLE (its instances are kept): no CUDA here"
+
+
+def test_failed_and_unloaded_lines() -> None:
+    assert failed_line("m", "bad config") == "failed to load 'm': bad config"
+    assert unloaded_line("m") == "successfully unloaded 'm'"
+
+
+def test_serve_logs_warnings_unless_ray_logs() -> None:
+    assert serve_logging(ServerSettings("/r")) == {"enable_access_log": False, "log_level": "WARNING"}
+    assert serve_logging(ServerSettings("/r", ray_logs=True))["log_level"] == "INFO"
+
+
+def test_the_environment_names_rays_choices_unless_the_user_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAY_DISABLE_WORKER_LOG_PREFIX", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    prepare_environment(ServerSettings("/r"), starts_ray=False)  # joins a cluster: its auth mode is its own
+    assert "RAY_AUTH_MODE" not in os.environ
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    prepare_environment(ServerSettings("/r"), starts_ray=True)
+    assert os.environ["RAY_AUTH_MODE"] == "disabled" and os.environ["RAY_DISABLE_WORKER_LOG_PREFIX"] == "1"
+
+
+def test_ray_logs_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAY_DISABLE_WORKER_LOG_PREFIX", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    prepare_environment(ServerSettings("/r", ray_logs=True), starts_ray=True)
+    assert "RAY_DISABLE_WORKER_LOG_PREFIX" not in os.environ and "RAY_AUTH_MODE" not in os.environ
