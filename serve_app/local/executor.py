@@ -36,11 +36,11 @@ class LocalSequencePort:
         self._router = router
         self.instance = instance
 
-    async def assign(self, corr_id: CorrId) -> Assignment:
-        return await self._router.assign(self._key, corr_id)
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        return await self._router.assign(self._key, corr_id, timeout_us)
 
-    async def lookup(self, corr_id: CorrId) -> Assignment:
-        return await self._router.lookup(self._key, corr_id)
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        return await self._router.lookup(self._key, corr_id, timeout_us)
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
         return await self._router.recover(self._key, corr_id, failed_instance, step_id)

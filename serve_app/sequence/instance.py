@@ -95,6 +95,9 @@ class SequenceInstance:
         """Queue one request in its slot and wait for its result."""
         now = self._clock()
         job = _Job(step, asyncio.get_running_loop().create_future(), now)
+        # Sequences idle for too long leave their slots before this step is queued, even if their timer has not
+        # fired yet: a late step of such a sequence is "not here" (it needs a START), never its continuation.
+        self._report(self.batcher.expire_idle(now))
         try:
             displaced = self.batcher.enqueue(
                 step.slot,

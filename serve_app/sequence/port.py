@@ -30,9 +30,13 @@ from serve_app.transport.router_client import RouterClient
 class SequencePort(Protocol):
     """How the gateway reaches the sequence router and the instances of one model version."""
 
-    async def assign(self, corr_id: CorrId) -> Assignment: ...
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        """A slot for a START (waiting in the backlog for at most ``timeout_us``; 0: no limit)."""
+        ...
 
-    async def lookup(self, corr_id: CorrId) -> Assignment: ...
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        """Where a continuing sequence is (waiting while it is backlogged, as :meth:`assign`)."""
+        ...
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery: ...
 
@@ -64,12 +68,12 @@ class ChannelSequencePort:
         backups, self._backups = tuple(self._backups), []
         self._router.post(StateBackups(self._key, backups))
 
-    async def assign(self, corr_id: CorrId) -> Assignment:
-        result: Assignment = await self._router.call(AssignRequest(self._key, corr_id))
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        result: Assignment = await self._router.call(AssignRequest(self._key, corr_id, timeout_us))
         return result
 
-    async def lookup(self, corr_id: CorrId) -> Assignment:
-        result: Assignment = await self._router.call(LookupRequest(self._key, corr_id))
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        result: Assignment = await self._router.call(LookupRequest(self._key, corr_id, timeout_us))
         return result
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
