@@ -66,10 +66,41 @@ def test_initial_dims_must_be_fixed() -> None:
         implicit(state("TYPE_INT32", "[ -1 ]", "data_type: TYPE_INT32 dims: [ -1 ] zero_data: true"))
 
 
-def test_string_state_rejected() -> None:
+@pytest.mark.parametrize("initial", ["", "data_type: TYPE_STRING dims: [ 2, 1 ] zero_data: true"])
+def test_string_state_starts_as_empty_strings(initial: str) -> None:
+    """Triton zeroes a string state's element lengths: every element is an empty string."""
+    (spec,) = implicit(state("TYPE_STRING", "[ 2, -1 ]", initial)).specs
+    assert spec.initial.shape == (2, 1) and spec.initial.dtype == np.object_
+    assert spec.initial.ravel().tolist() == [b"", b""]
+
+
+def serialized(*items: bytes) -> bytes:
+    """BYTES elements as Triton serializes them: a 4-byte little-endian length before each."""
+    return b"".join(len(i).to_bytes(4, "little") + i for i in items)
+
+
+def test_string_state_from_data_file(tmp_path: pathlib.Path) -> None:
+    write_initial(tmp_path, "greeting", serialized(b"hello", b"", "wörld".encode()))
+    initial = 'data_type: TYPE_STRING dims: [ 3 ] data_file: "greeting"'
+    (spec,) = implicit(state("TYPE_STRING", "[ -1 ]", initial), tmp_path).specs
+    assert spec.initial.ravel().tolist() == [b"hello", b"", "wörld".encode()]
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (serialized(b"a", b"b"), "holds 2 string element(s), 3 expected"),
+        (serialized(b"a", b"b", b"c") + b"\x01", "ends inside the length of string element 3"),
+        (serialized(b"a", b"b") + (9).to_bytes(4, "little") + b"x", "string element 2 needs 9 bytes"),
+    ],
+)
+def test_string_data_file_must_hold_the_declared_elements(tmp_path: pathlib.Path, data: bytes, fragment: str) -> None:
+    write_initial(tmp_path, "bad", data)
     with pytest.raises(InvalidConfig) as exc:
-        implicit(state("TYPE_STRING", "[ 1 ]"))
-    assert "'acc'" in exc.value.message and "sequence_batching.state[0].data_type" in exc.value.message
+        implicit(state("TYPE_STRING", "[ 3 ]", 'data_type: TYPE_STRING dims: [ 3 ] data_file: "bad"'), tmp_path)
+    message = exc.value.message
+    assert "'acc'" in message and "sequence_batching.state[0].initial_state[0].data_file 'bad'" in message
+    assert fragment in message
 
 
 def write_initial(model_dir: pathlib.Path, name: str, data: bytes) -> None:
