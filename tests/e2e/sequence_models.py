@@ -17,7 +17,7 @@ seq_idle       0      direct, idle 1 s            1          running sum (one sl
 seq_oldest     4      oldest (4 candidates), 10 s 2          running sum and CORRID echo
 seq_kill       2      direct, idle 30 s           2          running sum, state backup off (replica kill)
 seq_survive    2      direct, idle 30 s           2          running sum, state backup on (replica kill)
-seq_old_idle   1      oldest (1 candidate), 1 s   1          running sum (one slot in all)
+seq_old_idle   1      oldest (1 candidate), 2 s   1          running sum (one slot in all)
 seq_text       2      direct, idle 10 s           1          OUTPUT = "<" + every INPUT so far (string state)
 seq_ensemble   4      ensemble over seq_accum     -          OUTPUT = seq_accum's running sum
 =============  =====  ==========================  =========  ========================================
@@ -319,7 +319,7 @@ def build_all(repo: pathlib.Path) -> None:
     accumulator(repo, "seq_kill", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=NO_BACKUP + DEDICATED)
     accumulator(repo, "seq_survive", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=DEDICATED)
     accumulator(
-        repo, "seq_old_idle", max_batch_size=1, instances=1, idle_us=1_000_000,
+        repo, "seq_old_idle", max_batch_size=1, instances=1, idle_us=2_000_000,
         strategy="  oldest { max_candidate_sequences: 1 }\n",
     )  # fmt: skip
     string_accumulator(repo)
