@@ -537,26 +537,33 @@ def test_oldest_idle_sequence_is_released_and_the_backlog_moves_on(
     assert scalar(infer(grpc_client, "seq_old_idle", 5, b, end=True)) == 15
 
 
-@pytest.mark.parametrize("proto", ["http", "grpc"])
+@pytest.mark.parametrize(
+    ("proto", "model", "batch"), [("http", "seq_old_idle", 1), ("grpc", "seq_old_idle", 1), ("grpc", "seq_idle", None)]
+)
 def test_backlogged_sequence_times_out_with_its_request_timeout(
-    proto: str, http_client: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
+    proto: str,
+    model: str,
+    batch: int | None,
+    http_client: httpclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
 ) -> None:
-    """A holds seq_old_idle's only place; B's START carries a 0.2 s ``timeout``: it leaves the backlog failing
-    with Triton's UNAVAILABLE message, B is forgotten (its next request needs a START), and A goes on."""
+    """A holds the only place of seq_old_idle (oldest) or seq_idle (direct); B's START carries a 0.1 s
+    ``timeout``: it leaves the backlog failing with Triton's UNAVAILABLE message, B is forgotten (its next
+    request needs a START), and A goes on."""
     client = http_client if proto == "http" else grpc_client
     module = httpclient if proto == "http" else grpcclient
     a, b = new_id(), new_id()
-    assert scalar(infer(grpc_client, "seq_old_idle", 1, a, start=True)) == 1
+    assert scalar(infer(grpc_client, model, 1, a, start=True, batch=batch)) == 1
     kwargs: dict[str, Any] = {} if proto == "http" else {"client_timeout": TIMEOUT_S}
     with pytest.raises(InferenceServerException) as info:
         client.infer(
-            "seq_old_idle", value_inputs(module, 4), sequence_id=b, sequence_start=True, timeout=200_000, **kwargs
+            model, value_inputs(module, 4, batch=batch), sequence_id=b, sequence_start=True, timeout=100_000, **kwargs
         )
     check_error(info, UNAVAILABLE[proto], "timeout of the corresponding sequence has been expired")
     with pytest.raises(InferenceServerException) as info:
-        infer(client, "seq_old_idle", 4, b)
+        infer(client, model, 4, b, batch=batch)
     check_error(info, INVALID[proto], NO_START)
-    assert scalar(infer(client, "seq_old_idle", 2, a, end=True)) == 3
+    assert scalar(infer(client, model, 2, a, end=True, batch=batch)) == 3
 
 
 # ------------------------------------------------------------------------ string implicit state
