@@ -53,15 +53,48 @@ def zeros_like(arr: np.ndarray) -> np.ndarray:
     return zeros(arr.shape, arr.dtype)
 
 
+def _check_initial(model: str, field: str, state: mc.ModelSequenceBatching.State) -> tuple[int, ...]:
+    """Triton's checks of ``initial_state`` (its messages, after the model and field); returns its shape."""
+    name = state.input_name
+
+    def fail(message: str) -> InvalidConfig:
+        return InvalidConfig(f"model '{model}': {field}.initial_state: {message}")
+
+    if len(state.initial_state) > 1:
+        raise fail(
+            f"initial_state field for state input '{name}' must contain exactly one or zero element. "
+            f"Found '{len(state.initial_state)}' elements."
+        )
+    init = state.initial_state[0]
+    if init.data_type != state.data_type:
+        raise fail(
+            f"The data type used for 'initial_state' field of state '{name}' does not match the state data type."
+        )
+    if not init.name:
+        raise fail(f"Field 'name' must be set when using initial_state for state input '{name}'.")
+    if len(init.dims) != len(state.dims):
+        raise fail(
+            "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input "
+            f"'{name}'. {len(init.dims)} != {len(state.dims)}"
+        )
+    for dim, declared in zip(init.dims, state.dims, strict=True):
+        if dim < 0:
+            raise fail(f"'initial_state' field for state input name '{name}' contains variable dimensions.")
+        if declared >= 0 and dim != declared:
+            raise fail(
+                f"'initial_state' dim for input name '{name}' doesn't match 'state' dim description. "
+                f"{dim} != {declared}"
+            )
+    return tuple(int(d) for d in init.dims)
+
+
 def _initial(model: str, model_dir: Path, index: int, state: mc.ModelSequenceBatching.State) -> np.ndarray:
     field = f"sequence_batching.state[{index}]"
     dtype = np.dtype(datatypes.from_config(mc.DataType.Name(state.data_type)).numpy)
     if not state.initial_state:
         return zeros(tuple(1 if d < 0 else d for d in state.dims), dtype)
+    shape = _check_initial(model, field, state)
     init = state.initial_state[0]
-    shape = tuple(int(d) for d in init.dims)
-    if any(d < 0 for d in shape):
-        raise InvalidConfig(f"model '{model}': {field}.initial_state[0].dims must be fixed, got {list(shape)}")
     if init.WhichOneof("state_data") == "zero_data":
         return zeros(shape, dtype)
     path = confined(
@@ -85,12 +118,12 @@ def _initial(model: str, model_dir: Path, index: int, state: mc.ModelSequenceBat
         except InvalidArgument as exc:
             raise InvalidConfig(f"model '{model}': {field}.initial_state[0].{exc.message}") from None
     expected = count * dtype.itemsize
-    if len(raw) != expected:
+    if len(raw) < expected:  # Triton reads the first bytes of a longer file
         raise InvalidConfig(
-            f"model '{model}': {field}.initial_state[0].data_file '{init.data_file}' holds {len(raw)} bytes, "
-            f"expected {expected} for dims {list(shape)}"
+            f"model '{model}': {field}.initial_state[0].data_file: initial_state setting expects {expected} bytes, "
+            f"but the data provided from {init.data_file} only has {len(raw)} bytes."
         )
-    return cast(np.ndarray, np.frombuffer(raw, dtype=dtype).reshape(shape).copy())  # numpy's stubs: Any for .copy()
+    return cast(np.ndarray, np.frombuffer(raw[:expected], dtype=dtype).reshape(shape).copy())  # stubs: Any
 
 
 class ImplicitState:
