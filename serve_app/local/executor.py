@@ -48,6 +48,9 @@ class LocalSequencePort:
     def backup(self, backup: StateBackup) -> None:
         self._router.assigner(self._key).backed_up("", (backup,))
 
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self._router.shorten(self._key, corr_id, timeout_us)
+
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         # A task starts in creation order and queues its step before its first await: steps keep their order.
         return asyncio.ensure_future(self.instance.step(step))

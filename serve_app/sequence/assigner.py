@@ -205,6 +205,11 @@ class SequenceAssigner:
         self._backlog.pop(corr_id, None)
         self._deadlines.pop(corr_id, None)
 
+    def shorten(self, corr_id: CorrId, deadline_ns: int) -> None:
+        """A request of a backlogged sequence (not seen here) ends its wait by ``deadline_ns`` at the latest."""
+        if corr_id in self._backlog:
+            self._shorten(corr_id, deadline_ns)
+
     def expire_backlog(self, now_ns: int) -> list[CorrId]:
         """Backlogged sequences whose deadline has passed: they leave the backlog (and are forgotten)."""
         expired = [corr for corr, deadline in self._deadlines.items() if deadline <= now_ns]

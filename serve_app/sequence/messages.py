@@ -88,6 +88,16 @@ class LookupRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class BacklogDeadline:
+    """Gateway to router, one way: a step held behind its sequence's START, which waits in the backlog, carries
+    a ``timeout``: the sequence's wait ends after ``timeout_us`` at the latest (Triton's backlog timeout)."""
+
+    model: str
+    corr_id: CorrId
+    timeout_us: int
+
+
+@dataclass(frozen=True, slots=True)
 class PollEvents:
     """Router to instance: report slots released since the last poll (``snapshot``: every occupied slot,
     with its state when backed up)."""

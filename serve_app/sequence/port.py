@@ -15,6 +15,7 @@ from serve_app.inference.options import CorrId
 from serve_app.sequence.messages import (
     Assignment,
     AssignRequest,
+    BacklogDeadline,
     LookupRequest,
     RecoverRequest,
     Recovery,
@@ -44,6 +45,10 @@ class SequencePort(Protocol):
         """Pass the state after an answered step on to the router (no waiting)."""
         ...
 
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        """Tell the router (no waiting) that a step held behind the sequence's backlogged START has a timeout."""
+        ...
+
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         """Hand ``step`` to its instance; returns once it is sent, with a future for its result."""
         ...
@@ -67,6 +72,9 @@ class ChannelSequencePort:
     def _flush(self) -> None:
         backups, self._backups = tuple(self._backups), []
         self._router.post(StateBackups(self._key, backups))
+
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self._router.post(BacklogDeadline(self._key, corr_id, timeout_us))  # after the START, on one connection
 
     async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
         result: Assignment = await self._router.call(AssignRequest(self._key, corr_id, timeout_us))

@@ -28,6 +28,7 @@ from serve_app.sequence.messages import (
     BACKLOG_TIMEOUT,
     Assignment,
     AssignRequest,
+    BacklogDeadline,
     InstanceEvents,
     LookupRequest,
     RecoverRequest,
@@ -80,7 +81,11 @@ class SequenceRouter:
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     def one_way(self, message: Any) -> None:
-        """Messages that get no answer: states gateways pass on (:class:`StateBackups`)."""
+        """Messages that get no answer: states gateways pass on (:class:`StateBackups`), backlog deadlines of
+        steps held behind their START (:class:`BacklogDeadline`)."""
+        if isinstance(message, BacklogDeadline):
+            self.shorten(message.model, message.corr_id, message.timeout_us)
+            return
         if not isinstance(message, StateBackups):
             raise TypeError(f"unexpected one-way message {type(message).__name__}")
         table = self._models.get(message.model)
@@ -114,6 +119,14 @@ class SequenceRouter:
     # -- backlog timeouts -----------------------------------------------------------------
     def _deadline(self, timeout_us: int) -> int:
         return self._clock() + timeout_us * 1000 if timeout_us > 0 else 0
+
+    def shorten(self, key: str, corr_id: CorrId, timeout_us: int) -> None:
+        """A request of a backlogged sequence that waits elsewhere (behind its START, in its gateway) carries a
+        timeout: the sequence's wait in the backlog ends by then at the latest."""
+        table = self._models.get(key)
+        if table is not None and timeout_us > 0:
+            table.shorten(corr_id, self._deadline(timeout_us))
+            self._arm_backlog_timer()
 
     def expire_backlogs(self) -> None:
         """Fail the waiting requests of backlogged sequences whose timeout has passed (Triton's message)."""

@@ -5,10 +5,10 @@ visible there); the gateway's part is to find where a sequence lives and send
 each step there, in order:
 
 - a START asks the sequence router for a slot (waiting there while the
-  sequence is backlogged, for at most the request's ``timeout``: then it and
-  the steps queued behind it fail with Triton's backlog-timeout error); the
-  answer is cached, so the other steps of the sequence go straight to their
-  instance without asking the router;
+  sequence is backlogged, for at most the request's ``timeout``, or that of a
+  step queued behind it, which the router is told of: then they all fail with
+  Triton's backlog-timeout error); the answer is cached, so the other steps of
+  the sequence go straight to their instance without asking the router;
 - a step whose gateway has no cached place asks the router where its
   sequence is (another gateway may have started it);
 - an instance that answers "not here" (the sequence ended, timed out, or moved)
@@ -65,6 +65,7 @@ class SequenceScheduler:
         # The last step of each sequence on its way to the transport; its result: the START's backlog timeout, if
         # that is how it ended (the steps queued behind it share that fate).
         self._tails: dict[CorrId, asyncio.Future[ServeError | None]] = {}
+        self._assigning: dict[CorrId, int] = {}  # sequences whose START waits for the router's answer (how many)
         self._backed_up = state_backup_enabled(config)
         self._recovering: dict[CorrId, tuple[asyncio.Lock, list[int]]] = {}
         self._answered: OrderedDict[CorrId, int] = OrderedDict()  # the step number of each sequence's last answer
@@ -118,6 +119,8 @@ class SequenceScheduler:
         expired: ServeError | None = None
         try:
             if previous is not None:
+                if timeout_us > 0 and not flags.start and corr in self._assigning:
+                    self._port.backlog_deadline(corr, timeout_us)  # its timeout bounds the backlog's wait too
                 expired = await asyncio.shield(previous)
                 if expired is not None and not flags.start:
                     raise Unavailable(expired.message)  # queued behind a START that timed out in the backlog
@@ -215,7 +218,13 @@ class SequenceScheduler:
 
     async def _place(self, corr: CorrId, start: bool, timeout_us: int = 0) -> Assignment:
         if start:
-            place = await self._port.assign(corr, timeout_us)
+            self._assigning[corr] = self._assigning.get(corr, 0) + 1
+            try:
+                place = await self._port.assign(corr, timeout_us)
+            finally:
+                self._assigning[corr] -= 1
+                if not self._assigning[corr]:
+                    del self._assigning[corr]
         else:
             cached = self._places.get(corr)
             place = cached if cached is not None else await self._port.lookup(corr, timeout_us)

@@ -566,6 +566,26 @@ def test_backlogged_sequence_times_out_with_its_request_timeout(
     assert scalar(infer(client, model, 2, a, end=True, batch=batch)) == 3
 
 
+def test_backlog_timeout_of_a_step_held_behind_its_start_on_a_stream(
+    server: Server, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    """On one stream: B's START (no timeout) waits in seq_old_idle's backlog, behind A; B's next request carries
+    a 0.1 s ``timeout``, which ends the wait of the whole sequence, as in Triton's backlog: both fail in-band."""
+    a, b = new_id(), new_id()
+    assert scalar(infer(grpc_client, "seq_old_idle", 1, a, start=True)) == 1
+    with Stream(server) as stream:
+        stream.client.async_stream_infer(
+            "seq_old_idle", value_inputs(grpcclient, 5), request_id="b0", sequence_id=b, sequence_start=True
+        )
+        stream.client.async_stream_infer(
+            "seq_old_idle", value_inputs(grpcclient, 6), request_id="b1", sequence_id=b, timeout=100_000
+        )
+        got = stream.collect(2)
+    errors = [e.message() if e is not None else None for _, e in got]
+    assert all(e is not None and "timeout of the corresponding sequence has been expired" in e for e in errors), errors
+    assert scalar(infer(grpc_client, "seq_old_idle", 2, a, end=True)) == 3
+
+
 # ------------------------------------------------------------------------ string implicit state
 
 

@@ -12,6 +12,7 @@ from serve_app.sequence.messages import (
     BACKLOG_TIMEOUT,
     Assignment,
     AssignRequest,
+    BacklogDeadline,
     InstanceEvents,
     LookupRequest,
     PollEvents,
@@ -314,3 +315,21 @@ async def test_a_lookup_timeout_shortens_the_wait_of_a_backlogged_start() -> Non
     for task in (start, step):
         with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
             await asyncio.wait_for(task, 1)
+
+
+async def test_a_backlog_deadline_message_shortens_the_wait() -> None:
+    """A gateway holding a step behind the backlogged START posts its timeout (one way)."""
+    clock = FakeClock(0)
+    r = router(slots=1, clock=clock)
+    await r.assign(KEY, 1)
+    start = asyncio.ensure_future(r.assign(KEY, 2))
+    await settle()
+    r.one_way(BacklogDeadline(KEY, 2, 30_000_000))
+    r.one_way(BacklogDeadline(KEY, 1, 1))  # not backlogged (it has its slot): nothing to shorten
+    r.one_way(BacklogDeadline("other:1", 2, 1))  # no such model: ignored
+    assert r.assigner(KEY).next_deadline() == 30_000_000_000
+    clock.advance(30_000_000_000)
+    r.expire_backlogs()
+    with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
+        await asyncio.wait_for(start, 1)
+    assert 1 in r.assigner(KEY).active

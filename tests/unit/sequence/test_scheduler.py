@@ -121,6 +121,9 @@ class FakePort:
         if self.on_backup is not None:
             self.on_backup(backup)
 
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self.calls.append(("deadline", corr_id, timeout_us))
+
     def kinds(self) -> list[str]:
         return [c[0] for c in self.calls]
 
@@ -777,3 +780,21 @@ async def test_steps_queued_behind_a_start_that_timed_out_in_the_backlog_fail_wi
     with pytest.raises(InvalidArgument, match="must specify the START flag"):
         await submit(s, request(7, 4))
     assert await submit(s, request(7, 5, start=True, end=True)) == {"DOUBLE": [10], "NEG": [-5]}
+
+
+async def test_a_step_held_behind_a_waiting_start_tells_the_router_its_timeout() -> None:
+    port = FakePort()
+    port.assign_gates[7] = asyncio.Event()
+    s = scheduler(port)
+    start = asyncio.create_task(send(s, request(7, 1, start=True), 1, 0))
+    later = request(7, 2)
+    later.parameters["timeout"] = 5_000
+    held = asyncio.create_task(send(s, later, 1, 0))
+    untimed = asyncio.create_task(send(s, request(7, 3), 1, 0))
+    await asyncio.sleep(0)
+    assert [c for c in port.calls if c[0] == "deadline"] == [("deadline", 7, 5_000)]
+    port.assign_gates[7].set()
+    await asyncio.gather(start, held, untimed)
+    # Once placed, a step's timeout is not the router's business (Triton applies none in a slot).
+    await submit(s, later)
+    assert [c for c in port.calls if c[0] == "deadline"] == [("deadline", 7, 5_000)]
