@@ -36,17 +36,20 @@ class LocalSequencePort:
         self._router = router
         self.instance = instance
 
-    async def assign(self, corr_id: CorrId) -> Assignment:
-        return await self._router.assign(self._key, corr_id)
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        return await self._router.assign(self._key, corr_id, timeout_us)
 
-    async def lookup(self, corr_id: CorrId) -> Assignment:
-        return await self._router.lookup(self._key, corr_id)
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        return await self._router.lookup(self._key, corr_id, timeout_us)
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
         return await self._router.recover(self._key, corr_id, failed_instance, step_id)
 
     def backup(self, backup: StateBackup) -> None:
         self._router.assigner(self._key).backed_up("", (backup,))
+
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self._router.shorten(self._key, corr_id, timeout_us)
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         # A task starts in creation order and queues its step before its first await: steps keep their order.

@@ -10,6 +10,9 @@ maps, lifted out of the instances so that it spans replicas and nodes):
   restarts the sequence after its queued requests);
 - when an instance releases a slot (END executed, or idle timeout) the oldest
   backlogged sequence gets it;
+- a backlogged sequence whose requests carry a ``timeout`` leaves the backlog
+  when the earliest of their deadlines passes (:meth:`expire_backlog`: Triton's
+  reaper rejects its requests, and the ID is forgotten);
 - when an instance is lost, its sequences whose state is backed up (see
   ``config/state_backup.py``) are placed in free slots of other
   instances (ahead of the backlog; they wait for a slot up to the caller's
@@ -68,6 +71,7 @@ class SequenceAssigner:
         self._instances: dict[str, _Instance] = {}
         self.active: dict[CorrId, Assignment] = {}
         self._backlog: OrderedDict[CorrId, None] = OrderedDict()
+        self._deadlines: dict[CorrId, int] = {}  # backlogged sequence -> when its wait times out
         self._lost: OrderedDict[CorrId, str] = OrderedDict()
         self.backups = SequenceBackups()
         self._to_place: OrderedDict[CorrId, tuple[str, int]] = OrderedDict()  # lost with a backup: (reason, since)
@@ -131,8 +135,9 @@ class SequenceAssigner:
             inst.draining = draining
 
     # -- sequences ----------------------------------------------------------------
-    def start(self, corr_id: CorrId) -> Assignment | None:
-        """The slot for a START; None while the sequence waits in the backlog (or for its restore)."""
+    def start(self, corr_id: CorrId, deadline_ns: int = 0) -> Assignment | None:
+        """The slot for a START; None while the sequence waits in the backlog (or for its restore).
+        ``deadline_ns``: when the request's timeout ends its wait in the backlog (0: never)."""
         self._lost.pop(corr_id, None)
         if corr_id in self._restoring:
             return None  # the START runs in the restored slot (it resets the state anyway)
@@ -147,20 +152,26 @@ class SequenceAssigner:
             self.active[corr_id] = restarted
             return restarted
         if corr_id in self._backlog:
+            self._shorten(corr_id, deadline_ns)
             return None
         inst = self._most_free()
         if inst is None or self._backlog:
             self._backlog[corr_id] = None
+            self._shorten(corr_id, deadline_ns)
             return None
         return self._place(corr_id, inst)
 
-    def lookup(self, corr_id: CorrId) -> Assignment | None:
-        """Where a continuing sequence is; None while backlogged.  Raises the error its request gets
-        when it is not active (never started, ended, timed out, or lost with its instance)."""
+    def lookup(self, corr_id: CorrId, deadline_ns: int = 0) -> Assignment | None:
+        """Where a continuing sequence is; None while backlogged (its wait then ends by ``deadline_ns`` at
+        the latest, as for :meth:`start`).  Raises the error its request gets when it is not active (never
+        started, ended, timed out, or lost with its instance)."""
         current = self.active.get(corr_id)
         if current is not None:
             return current
-        if corr_id in self._backlog or corr_id in self._restoring or corr_id in self._to_place:
+        if corr_id in self._backlog:
+            self._shorten(corr_id, deadline_ns)
+            return None
+        if corr_id in self._restoring or corr_id in self._to_place:
             return None
         reason = self._lost.get(corr_id)
         if reason is not None:
@@ -192,6 +203,23 @@ class SequenceAssigner:
     def cancel(self, corr_id: CorrId) -> None:
         """Drop a backlogged sequence (its requests gave up)."""
         self._backlog.pop(corr_id, None)
+        self._deadlines.pop(corr_id, None)
+
+    def shorten(self, corr_id: CorrId, deadline_ns: int) -> None:
+        """A request of a backlogged sequence (not seen here) ends its wait by ``deadline_ns`` at the latest."""
+        if corr_id in self._backlog:
+            self._shorten(corr_id, deadline_ns)
+
+    def expire_backlog(self, now_ns: int) -> list[CorrId]:
+        """Backlogged sequences whose deadline has passed: they leave the backlog (and are forgotten)."""
+        expired = [corr for corr, deadline in self._deadlines.items() if deadline <= now_ns]
+        for corr in expired:
+            self.cancel(corr)
+        return expired
+
+    def next_deadline(self) -> int:
+        """The earliest backlog deadline (0: none)."""
+        return min(self._deadlines.values(), default=0)
 
     def reconcile(self, instance: str, occupied: tuple[SlotEvent, ...], now_ns: int) -> list[tuple[CorrId, Assignment]]:
         """Free slots given out here that the instance has not held for ``grace_ns`` (their START never
@@ -316,8 +344,15 @@ class SequenceAssigner:
             if inst is None:
                 break
             corr, _ = self._backlog.popitem(last=False)
+            self._deadlines.pop(corr, None)
             admitted.append((corr, self._place(corr, inst)))
         return admitted
+
+    def _shorten(self, corr_id: CorrId, deadline_ns: int) -> None:
+        """A backlogged sequence waits until the earliest deadline of its requests (Triton's backlog timeout)."""
+        if deadline_ns:
+            current = self._deadlines.get(corr_id)
+            self._deadlines[corr_id] = deadline_ns if current is None else min(current, deadline_ns)
 
     def _remember_lost(self, corr_id: CorrId, reason: str) -> None:
         self._lost[corr_id] = reason

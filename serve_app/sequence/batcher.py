@@ -58,7 +58,8 @@ class SequenceBatchingConfig:
             old = sb.oldest
             return cls(
                 direct=False,
-                slots=max(1, old.max_candidate_sequences),
+                # Triton: max_candidate_sequences places, or as many as the batch has rows when it is unset.
+                slots=old.max_candidate_sequences if old.max_candidate_sequences > 0 else rows,
                 max_batch_size=rows,
                 preferred=tuple(sorted(set(old.preferred_batch_size))) if config.max_batch_size > 0 else (),
                 max_queue_delay_ns=old.max_queue_delay_microseconds * 1000,

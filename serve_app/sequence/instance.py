@@ -32,7 +32,7 @@ from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, Execu
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.batcher import Row, SequenceBatcher, SequenceBatchingConfig, StaleStep
 from serve_app.sequence.controls import RowControl, SequenceControls
-from serve_app.sequence.implicit_state import ImplicitState
+from serve_app.sequence.implicit_state import ImplicitState, zeros_like
 from serve_app.sequence.messages import (
     InstanceEvents,
     PollEvents,
@@ -95,6 +95,9 @@ class SequenceInstance:
         """Queue one request in its slot and wait for its result."""
         now = self._clock()
         job = _Job(step, asyncio.get_running_loop().create_future(), now)
+        # Sequences idle for too long leave their slots before this step is queued, even if their timer has not
+        # fired yet: a late step of such a sequence is "not here" (it needs a START), never its continuation.
+        self._report(self.batcher.expire_idle(now))
         try:
             displaced = self.batcher.enqueue(
                 step.slot,
@@ -191,13 +194,13 @@ class SequenceInstance:
         inputs: dict[str, np.ndarray] = {}
         states: dict[str, list[np.ndarray]] = {}
         if self.state:
-            # Empty rows get zeros shaped like the real rows' states (which agree: see _groups).
+            # Empty rows get zeros (empty strings) shaped like the real rows' states (which agree: see _groups).
             real_states = {
                 id(r): self.state.row_states(r.slot, r.pending.item.step.start) for r in rows if r.pending is not None
             }
             ref = next(iter(real_states.values()))
             for r in rows:
-                row_states = real_states.get(id(r)) or {n: np.zeros_like(a) for n, a in ref.items()}
+                row_states = real_states.get(id(r)) or {n: zeros_like(a) for n, a in ref.items()}
                 for name, arr in row_states.items():
                     states.setdefault(name, []).append(arr)
         if not self._batched:
@@ -207,7 +210,7 @@ class SequenceInstance:
         else:
             for name, ref_in in first.inputs.items():
                 parts = [
-                    row.pending.item.step.inputs[name] if row.pending is not None else np.zeros_like(ref_in)
+                    row.pending.item.step.inputs[name] if row.pending is not None else zeros_like(ref_in)
                     for row in rows
                 ]
                 inputs[name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)

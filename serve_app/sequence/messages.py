@@ -62,21 +62,39 @@ class StepResult:
     backup: StateBackup | None = None  # the sequence's state after this step, for the gateway to pass on
 
 
+# What the requests of a backlogged sequence get when their timeout ends its wait (Triton's text).
+BACKLOG_TIMEOUT = "timeout of the corresponding sequence has been expired"
+
+
 # Messages to the sequence router (gateway -> router) and to instances (router -> instance).
 @dataclass(frozen=True, slots=True)
 class AssignRequest:
-    """START: a slot for the sequence (the one it holds if active); waits in the backlog when all are taken."""
+    """START: a slot for the sequence (the one it holds if active); waits in the backlog when all are taken,
+    for at most ``timeout_us`` (the request's ``timeout``; 0: no limit)."""
 
     model: str  # "<name>:<version>"
     corr_id: CorrId
+    timeout_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class LookupRequest:
-    """A step whose gateway does not know the sequence's place: where is it (waits while backlogged)?"""
+    """A step whose gateway does not know the sequence's place: where is it (waits while backlogged, the
+    backlog's wait then ending after ``timeout_us`` at the latest)?"""
 
     model: str
     corr_id: CorrId
+    timeout_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogDeadline:
+    """Gateway to router, one way: a step held behind its sequence's START, which waits in the backlog, carries
+    a ``timeout``: the sequence's wait ends after ``timeout_us`` at the latest (Triton's backlog timeout)."""
+
+    model: str
+    corr_id: CorrId
+    timeout_us: int
 
 
 @dataclass(frozen=True, slots=True)

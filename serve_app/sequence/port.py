@@ -15,6 +15,7 @@ from serve_app.inference.options import CorrId
 from serve_app.sequence.messages import (
     Assignment,
     AssignRequest,
+    BacklogDeadline,
     LookupRequest,
     RecoverRequest,
     Recovery,
@@ -30,14 +31,22 @@ from serve_app.transport.router_client import RouterClient
 class SequencePort(Protocol):
     """How the gateway reaches the sequence router and the instances of one model version."""
 
-    async def assign(self, corr_id: CorrId) -> Assignment: ...
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        """A slot for a START (waiting in the backlog for at most ``timeout_us``; 0: no limit)."""
+        ...
 
-    async def lookup(self, corr_id: CorrId) -> Assignment: ...
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        """Where a continuing sequence is (waiting while it is backlogged, as :meth:`assign`)."""
+        ...
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery: ...
 
     def backup(self, backup: StateBackup) -> None:
         """Pass the state after an answered step on to the router (no waiting)."""
+        ...
+
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        """Tell the router (no waiting) that a step held behind the sequence's backlogged START has a timeout."""
         ...
 
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
@@ -64,12 +73,15 @@ class ChannelSequencePort:
         backups, self._backups = tuple(self._backups), []
         self._router.post(StateBackups(self._key, backups))
 
-    async def assign(self, corr_id: CorrId) -> Assignment:
-        result: Assignment = await self._router.call(AssignRequest(self._key, corr_id))
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self._router.post(BacklogDeadline(self._key, corr_id, timeout_us))  # after the START, on one connection
+
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        result: Assignment = await self._router.call(AssignRequest(self._key, corr_id, timeout_us))
         return result
 
-    async def lookup(self, corr_id: CorrId) -> Assignment:
-        result: Assignment = await self._router.call(LookupRequest(self._key, corr_id))
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        result: Assignment = await self._router.call(LookupRequest(self._key, corr_id, timeout_us))
         return result
 
     async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:

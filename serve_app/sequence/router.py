@@ -2,7 +2,9 @@
 
 It wraps one :class:`~serve_app.sequence.assigner.SequenceAssigner`
 per model version and lets a START (or a step of a backlogged or restoring
-sequence) wait until its sequence is admitted.  After an instance is lost it
+sequence) wait until its sequence is admitted, or until the request's
+``timeout`` ends the wait (Triton's backlog timeout: every waiting request of
+the sequence fails, and the ID is forgotten).  After an instance is lost it
 answers gateways whose steps failed with it (:meth:`recover`): where the
 sequence goes on, and the step's answer if the backed-up state includes it.
 It imports no Ray: the Ray layer hosts it in one actor
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from serve_app.errors import NotFound, ServeError, Unavailable
@@ -22,8 +25,10 @@ from serve_app.inference.options import CorrId
 from serve_app.sequence.assigner import Restore, SequenceAssigner
 from serve_app.sequence.backups import BackupRecord
 from serve_app.sequence.messages import (
+    BACKLOG_TIMEOUT,
     Assignment,
     AssignRequest,
+    BacklogDeadline,
     InstanceEvents,
     LookupRequest,
     RecoverRequest,
@@ -39,7 +44,9 @@ RECOVER_WAIT_S = 20.0  # how long a failed step waits for its instance to be dec
 
 
 class SequenceRouter:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self._clock = clock
+        self._backlog_timer: asyncio.TimerHandle | None = None
         self._models: dict[str, SequenceAssigner] = {}
         self._waiters: dict[tuple[str, CorrId], list[asyncio.Future[Assignment]]] = {}
         self._down_waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
@@ -66,38 +73,80 @@ class SequenceRouter:
     # -- requests from gateways --------------------------------------------------------
     async def handle(self, message: Any) -> Any:
         if isinstance(message, AssignRequest):
-            return await self.assign(message.model, message.corr_id)
+            return await self.assign(message.model, message.corr_id, message.timeout_us)
         if isinstance(message, LookupRequest):
-            return await self.lookup(message.model, message.corr_id)
+            return await self.lookup(message.model, message.corr_id, message.timeout_us)
         if isinstance(message, RecoverRequest):
             return await self.recover(message.model, message.corr_id, message.failed_instance, message.step_id)
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     def one_way(self, message: Any) -> None:
-        """Messages that get no answer: states gateways pass on (:class:`StateBackups`)."""
+        """Messages that get no answer: states gateways pass on (:class:`StateBackups`), backlog deadlines of
+        steps held behind their START (:class:`BacklogDeadline`)."""
+        if isinstance(message, BacklogDeadline):
+            self.shorten(message.model, message.corr_id, message.timeout_us)
+            return
         if not isinstance(message, StateBackups):
             raise TypeError(f"unexpected one-way message {type(message).__name__}")
         table = self._models.get(message.model)
         if table is not None:
             table.backed_up("", message.backups)
 
-    async def assign(self, key: str, corr_id: CorrId) -> Assignment:
+    async def assign(self, key: str, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        """The START's slot; waits in the backlog for at most ``timeout_us`` (0: no limit)."""
+        deadline = self._deadline(timeout_us)
         for _ in range(3):
-            placed = self.assigner(key).start(corr_id)
+            placed = self.assigner(key).start(corr_id, deadline)
             if placed is not None:
                 return placed
+            self._arm_backlog_timer()
             try:
                 return await self._wait(key, corr_id)
-            except Unavailable:
-                if key not in self._models:
-                    raise  # unloaded
+            except Unavailable as exc:
+                if key not in self._models or exc.message == BACKLOG_TIMEOUT:
+                    raise  # unloaded, or its timeout ended its wait in the backlog
                 # It waited for its sequence's restore, which failed: a START needs no old state, so start anew.
                 continue
         return await self._wait(key, corr_id)
 
-    async def lookup(self, key: str, corr_id: CorrId) -> Assignment:
-        placed = self.assigner(key).lookup(corr_id)
-        return placed if placed is not None else await self._wait(key, corr_id)
+    async def lookup(self, key: str, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        placed = self.assigner(key).lookup(corr_id, self._deadline(timeout_us))
+        if placed is not None:
+            return placed
+        self._arm_backlog_timer()
+        return await self._wait(key, corr_id)
+
+    # -- backlog timeouts -----------------------------------------------------------------
+    def _deadline(self, timeout_us: int) -> int:
+        return self._clock() + timeout_us * 1000 if timeout_us > 0 else 0
+
+    def shorten(self, key: str, corr_id: CorrId, timeout_us: int) -> None:
+        """A request of a backlogged sequence that waits elsewhere (behind its START, in its gateway) carries a
+        timeout: the sequence's wait in the backlog ends by then at the latest."""
+        table = self._models.get(key)
+        if table is not None and timeout_us > 0:
+            table.shorten(corr_id, self._deadline(timeout_us))
+            self._arm_backlog_timer()
+
+    def expire_backlogs(self) -> None:
+        """Fail the waiting requests of backlogged sequences whose timeout has passed (Triton's message)."""
+        self._backlog_timer = None
+        now = self._clock()
+        for key, table in list(self._models.items()):
+            for corr in table.expire_backlog(now):
+                logger.info("model %s: sequence %s timed out in the backlog", key, corr)
+                self._fail(key, corr, Unavailable(BACKLOG_TIMEOUT))
+        self._arm_backlog_timer()
+
+    def _arm_backlog_timer(self) -> None:
+        """Wake up at the earliest backlog deadline."""
+        deadline = min((d for t in self._models.values() if (d := t.next_deadline())), default=0)
+        if self._backlog_timer is not None:
+            self._backlog_timer.cancel()
+            self._backlog_timer = None
+        if deadline:
+            delay_s = max(0.0, (deadline - self._clock()) / 1e9)
+            self._backlog_timer = asyncio.get_running_loop().call_later(delay_s, self.expire_backlogs)
 
     async def recover(self, key: str, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
         """A step failed with ``failed_instance``: wait until that instance is declared lost (if it is, its
@@ -193,16 +242,17 @@ class SequenceRouter:
             for corr in table.expire_restores(now_ns, self.restore_wait_ns):
                 self._fail(key, corr)
 
-    def _fail(self, key: str, corr_id: CorrId) -> None:
-        """Waiting steps of a sequence that is lost get the error a lookup gives now."""
+    def _fail(self, key: str, corr_id: CorrId, error: ServeError | None = None) -> None:
+        """Waiting steps of a sequence that is lost get ``error``, or the error a lookup gives now."""
         waiters = self._waiters.pop((key, corr_id), ())
         if not waiters:
             return
-        try:
-            self.assigner(key).lookup(corr_id)
-            error: ServeError = Unavailable(f"sequence {corr_id} was lost")
-        except ServeError as exc:
-            error = exc
+        if error is None:
+            try:
+                self.assigner(key).lookup(corr_id)
+                error = Unavailable(f"sequence {corr_id} was lost")
+            except ServeError as exc:
+                error = exc
         for future in waiters:
             if not future.done():
                 future.set_exception(error)

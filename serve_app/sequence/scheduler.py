@@ -5,8 +5,10 @@ visible there); the gateway's part is to find where a sequence lives and send
 each step there, in order:
 
 - a START asks the sequence router for a slot (waiting there while the
-  sequence is backlogged); the answer is cached, so the other steps of the
-  sequence go straight to their instance without asking the router;
+  sequence is backlogged, for at most the request's ``timeout``, or that of a
+  step queued behind it, which the router is told of: then they all fail with
+  Triton's backlog-timeout error); the answer is cached, so the other steps of
+  the sequence go straight to their instance without asking the router;
 - a step whose gateway has no cached place asks the router where its
   sequence is (another gateway may have started it);
 - an instance that answers "not here" (the sequence ended, timed out, or moved)
@@ -36,7 +38,7 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.controls import SequenceControls
-from serve_app.sequence.messages import Assignment, Recovery, SequenceStep, StepResult
+from serve_app.sequence.messages import BACKLOG_TIMEOUT, Assignment, Recovery, SequenceStep, StepResult
 from serve_app.sequence.port import SequencePort
 from serve_app.stats import ModelStats
 
@@ -60,7 +62,10 @@ class SequenceScheduler:
         self._all_outputs = tuple(signature.outputs)
         self._batched = signature.max_batch_size > 0
         self._places: OrderedDict[CorrId, Assignment] = OrderedDict()
-        self._tails: dict[CorrId, asyncio.Future[None]] = {}
+        # The last step of each sequence on its way to the transport; its result: the START's backlog timeout, if
+        # that is how it ended (the steps queued behind it share that fate).
+        self._tails: dict[CorrId, asyncio.Future[ServeError | None]] = {}
+        self._assigning: dict[CorrId, int] = {}  # sequences whose START waits for the router's answer (how many)
         self._backed_up = state_backup_enabled(config)
         self._recovering: dict[CorrId, tuple[asyncio.Lock, list[int]]] = {}
         self._answered: OrderedDict[CorrId, int] = OrderedDict()  # the step number of each sequence's last answer
@@ -87,9 +92,10 @@ class SequenceScheduler:
         )
         self.stats.pending += 1
         try:
-            result, sent_ns = await self._send(flags, step)
-        except ServeError:
-            self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            result, sent_ns = await self._send(flags, step, options.timeout_us)
+        except ServeError as exc:
+            reason = "REJECTED" if exc.message == BACKLOG_TIMEOUT else "OTHER"
+            self.stats.record_failure(reason, self._clock() - arrival_ns, time.time_ns() // 1_000_000)
             raise
         finally:
             self.stats.pending -= 1
@@ -104,23 +110,34 @@ class SequenceScheduler:
         return self._complete(request, result, arrival_ns, sent_ns)
 
     # -- routing ----------------------------------------------------------------------
-    async def _send(self, flags: SequenceFlags, step: SequenceStep) -> tuple[StepResult, int]:
+    async def _send(self, flags: SequenceFlags, step: SequenceStep, timeout_us: int = 0) -> tuple[StepResult, int]:
         corr = flags.corr_id
         loop = asyncio.get_running_loop()
         previous = self._tails.get(corr)
-        gate: asyncio.Future[None] = loop.create_future()
+        gate: asyncio.Future[ServeError | None] = loop.create_future()
         self._tails[corr] = gate
+        expired: ServeError | None = None
         try:
             if previous is not None:
-                await asyncio.shield(previous)
-            place = await self._place(corr, flags.start)
+                if timeout_us > 0 and not flags.start and corr in self._assigning:
+                    self._port.backlog_deadline(corr, timeout_us)  # its timeout bounds the backlog's wait too
+                expired = await asyncio.shield(previous)
+                if expired is not None and not flags.start:
+                    raise Unavailable(expired.message)  # queued behind a START that timed out in the backlog
+                expired = None
+            try:
+                place = await self._place(corr, flags.start, timeout_us)
+            except Unavailable as exc:
+                if exc.message == BACKLOG_TIMEOUT:
+                    expired = exc
+                raise
             step.slot, step.slot_token, step.instance = place.slot, place.slot_token, place.instance
             try:
                 pending: asyncio.Future[StepResult] | Unavailable = await self._port.dispatch(place, step)
             except Unavailable as exc:
                 pending = exc
         finally:
-            gate.set_result(None)
+            gate.set_result(expired)
             if self._tails.get(corr) is gate:
                 del self._tails[corr]
         sent_ns = self._clock()
@@ -199,12 +216,18 @@ class SequenceScheduler:
             raise self._not_started(corr)
         return result
 
-    async def _place(self, corr: CorrId, start: bool) -> Assignment:
+    async def _place(self, corr: CorrId, start: bool, timeout_us: int = 0) -> Assignment:
         if start:
-            place = await self._port.assign(corr)
+            self._assigning[corr] = self._assigning.get(corr, 0) + 1
+            try:
+                place = await self._port.assign(corr, timeout_us)
+            finally:
+                self._assigning[corr] -= 1
+                if not self._assigning[corr]:
+                    del self._assigning[corr]
         else:
             cached = self._places.get(corr)
-            place = cached if cached is not None else await self._port.lookup(corr)
+            place = cached if cached is not None else await self._port.lookup(corr, timeout_us)
         self._remember(corr, place)
         return place
 

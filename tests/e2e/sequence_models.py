@@ -17,6 +17,9 @@ seq_idle       0      direct, idle 1 s            1          running sum (one sl
 seq_oldest     4      oldest (4 candidates), 10 s 2          running sum and CORRID echo
 seq_kill       2      direct, idle 30 s           2          running sum, state backup off (replica kill)
 seq_survive    2      direct, idle 30 s           2          running sum, state backup on (replica kill)
+seq_old_idle   1      oldest (1 candidate), 2 s   1          running sum (one slot in all)
+seq_text       2      direct, idle 10 s           1          OUTPUT = "<" + every INPUT so far (string state)
+seq_ensemble   4      ensemble over seq_accum     -          OUTPUT = seq_accum's running sum
 =============  =====  ==========================  =========  ========================================
 """
 
@@ -254,6 +257,58 @@ def oldest_accumulator(repo: pathlib.Path, name: str = "seq_oldest") -> pathlib.
     )  # fmt: skip
 
 
+# seq_text's initial state, from its data_file: BYTES serialized as Triton reads it (length, then bytes).
+TEXT_PREFIX = b"<"
+
+
+def string_accumulator(repo: pathlib.Path, name: str = "seq_text") -> pathlib.Path:
+    """OUTPUT_STATE = StringConcat(INPUT_STATE, INPUT); OUTPUT = OUTPUT_STATE: a TYPE_STRING implicit state."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("StringConcat", ["INPUT_STATE", "INPUT"], ["OUTPUT_STATE"]),
+            helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"]),
+        ],
+        name,
+        [helper.make_tensor_value_info(n, TensorProto.STRING, ["batch", 1]) for n in ("INPUT", "INPUT_STATE")],
+        [helper.make_tensor_value_info(n, TensorProto.STRING, ["batch", 1]) for n in ("OUTPUT", "OUTPUT_STATE")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])  # StringConcat: opset 20
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    onnx.save(model, str(d / "1" / "model.onnx"))
+    (d / "initial_state").mkdir()
+    (d / "initial_state" / "prefix").write_bytes(len(TEXT_PREFIX).to_bytes(4, "little") + TEXT_PREFIX)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 2\n'
+        'input [ { name: "INPUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        "sequence_batching {\n"
+        "  max_sequence_idle_microseconds: 10000000\n"
+        "  direct { }\n"
+        '  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_STRING dims: [ 1 ]\n'
+        '            initial_state: { data_type: TYPE_STRING dims: [ 1 ] data_file: "prefix" name: "prefix" } } ]\n'
+        "}\n"
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n" + THREADS
+    )
+    return d
+
+
+def sequence_ensemble(repo: pathlib.Path, name: str = "seq_ensemble", step_model: str = "seq_accum") -> pathlib.Path:
+    """An ensemble whose one step is a sequence model: the request's sequence flags reach that step."""
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        f'ensemble_scheduling {{ step [ {{ model_name: "{step_model}" model_version: -1 '
+        'input_map { key: "INPUT" value: "INPUT" } output_map { key: "OUTPUT" value: "OUTPUT" } } ] }\n'
+    )
+    return d
+
+
 def build_all(repo: pathlib.Path) -> None:
     accumulator(repo, "seq_accum", max_batch_size=4, instances=2, idle_us=5_000_000)
     accumulator_from_file(repo)
@@ -263,3 +318,9 @@ def build_all(repo: pathlib.Path) -> None:
     oldest_accumulator(repo)
     accumulator(repo, "seq_kill", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=NO_BACKUP + DEDICATED)
     accumulator(repo, "seq_survive", max_batch_size=2, instances=2, idle_us=30_000_000, parameters=DEDICATED)
+    accumulator(
+        repo, "seq_old_idle", max_batch_size=1, instances=1, idle_us=2_000_000,
+        strategy="  oldest { max_candidate_sequences: 1 }\n",
+    )  # fmt: skip
+    string_accumulator(repo)
+    sequence_ensemble(repo)

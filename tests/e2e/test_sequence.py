@@ -8,10 +8,14 @@ The models are built by ``tests/e2e/sequence_models.py`` (see the table there):
   sequence's inputs (plus 100 for ``seq_accum_file``, whose initial state comes from a data file).
 * ``seq_ctl`` / ``seq_ctl32``: echo INPUT and the START/END/READY/CORRID control tensors.
 * ``seq_oldest``: the accumulator under the oldest strategy, with a CORRID echo.
+* ``seq_old_idle``: the accumulator under the oldest strategy with one place in all and a 2 s idle timeout.
+* ``seq_text``: a TYPE_STRING implicit state (StringConcat), initial state from a data file.
+* ``seq_ensemble``: an ensemble whose one step is ``seq_accum``.
 
 Slots (direct strategy: max_batch_size slots per instance): seq_accum 8, seq_accum_file 4, seq_ctl 4,
-seq_ctl32 2, seq_idle 1, seq_kill 4, seq_survive 4; seq_oldest has 8 candidate places. A sequence holds its slot
-until END (or its idle timeout), so unary tests never interleave more sequences than there are slots
+seq_ctl32 2, seq_idle 1, seq_kill 4, seq_survive 4, seq_text 2; seq_oldest has 8 candidate places and
+seq_old_idle 1. A sequence holds its slot until END (or its idle timeout), so unary tests never interleave
+more sequences than there are slots
 (they would wait for a slot that only their own later requests could free), and every test ENDs its
 sequences. Streaming tests send every request up front and may exceed the slots: the server must
 then hold the extra sequences in its backlog and serve them as others END, which requires it to
@@ -511,6 +515,153 @@ def test_idle_sequence_is_dropped_and_its_slot_given_to_the_backlog(
     check_error(info, INVALID["grpc"], NO_START)
     # the id may START again, with fresh state
     assert scalar(infer(grpc_client, "seq_idle", 3, a, start=True, end=True, batch=None)) == 3
+
+
+def test_oldest_idle_sequence_is_released_and_the_backlog_moves_on(
+    http_client: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    """seq_old_idle (oldest strategy, one candidate place in all) drops a sequence idle for 2 s, as Triton's
+    reaper does. A takes the place and goes quiet; B's START waits in the backlog and is served once A is
+    released; A's late request (no START) is refused with Triton's message instead of continuing A."""
+    a, b = new_id(), new_id()
+    assert scalar(infer(grpc_client, "seq_old_idle", 1, a, start=True)) == 1
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(infer, grpc_client, "seq_old_idle", 10, b, start=True)
+        first_of_b = waiting.result(timeout=TIMEOUT_S)  # held until A is released
+    assert scalar(first_of_b) == 10
+    for client in (http_client, grpc_client):
+        with pytest.raises(InferenceServerException) as info:
+            infer(client, "seq_old_idle", 2, a)
+        check_error(info, INVALID[protocol(client)], f"inference request for sequence {a} to model 'seq_old_idle' "
+                    + NO_START)  # fmt: skip
+    assert scalar(infer(grpc_client, "seq_old_idle", 5, b, end=True)) == 15
+
+
+@pytest.mark.parametrize(
+    ("proto", "model", "batch"), [("http", "seq_old_idle", 1), ("grpc", "seq_old_idle", 1), ("grpc", "seq_idle", None)]
+)
+def test_backlogged_sequence_times_out_with_its_request_timeout(
+    proto: str,
+    model: str,
+    batch: int | None,
+    http_client: httpclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
+) -> None:
+    """A holds the only place of seq_old_idle (oldest) or seq_idle (direct); B's START carries a 0.1 s
+    ``timeout``: it leaves the backlog failing with Triton's UNAVAILABLE message, B is forgotten (its next
+    request needs a START), and A goes on."""
+    client = http_client if proto == "http" else grpc_client
+    module = httpclient if proto == "http" else grpcclient
+    a, b = new_id(), new_id()
+    assert scalar(infer(grpc_client, model, 1, a, start=True, batch=batch)) == 1
+    kwargs: dict[str, Any] = {} if proto == "http" else {"client_timeout": TIMEOUT_S}
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(
+            model, value_inputs(module, 4, batch=batch), sequence_id=b, sequence_start=True, timeout=100_000, **kwargs
+        )
+    check_error(info, UNAVAILABLE[proto], "timeout of the corresponding sequence has been expired")
+    with pytest.raises(InferenceServerException) as info:
+        infer(client, model, 4, b, batch=batch)
+    check_error(info, INVALID[proto], NO_START)
+    assert scalar(infer(client, model, 2, a, end=True, batch=batch)) == 3
+
+
+def test_backlog_timeout_of_a_step_held_behind_its_start_on_a_stream(
+    server: Server, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    """On one stream: B's START (no timeout) waits in seq_old_idle's backlog, behind A; B's next request carries
+    a 0.1 s ``timeout``, which ends the wait of the whole sequence, as in Triton's backlog: both fail in-band."""
+    a, b = new_id(), new_id()
+    assert scalar(infer(grpc_client, "seq_old_idle", 1, a, start=True)) == 1
+    with Stream(server) as stream:
+        stream.client.async_stream_infer(
+            "seq_old_idle", value_inputs(grpcclient, 5), request_id="b0", sequence_id=b, sequence_start=True
+        )
+        stream.client.async_stream_infer(
+            "seq_old_idle", value_inputs(grpcclient, 6), request_id="b1", sequence_id=b, timeout=100_000
+        )
+        got = stream.collect(2)
+    errors = [e.message() if e is not None else None for _, e in got]
+    assert all(e is not None and "timeout of the corresponding sequence has been expired" in e for e in errors), errors
+    assert scalar(infer(grpc_client, "seq_old_idle", 2, a, end=True)) == 3
+
+
+# ------------------------------------------------------------------------ string implicit state
+
+
+def text_inputs(module: Any, text: str) -> list[Any]:
+    inp = module.InferInput("INPUT", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
+    return [inp]
+
+
+def infer_text(client: Client, text: str, seq_id: SeqId, *, start: bool = False, end: bool = False) -> str:
+    module = httpclient if protocol(client) == "http" else grpcclient
+    kwargs: dict[str, Any] = {} if module is httpclient else {"client_timeout": TIMEOUT_S}
+    result = client.infer(
+        "seq_text", text_inputs(module, text), sequence_id=seq_id, sequence_start=start, sequence_end=end, **kwargs
+    )
+    out = result.as_numpy("OUTPUT")
+    assert out is not None and out.shape == (1, 1)
+    return bytes(out[0, 0]).decode()
+
+
+def test_string_implicit_state(client: Client) -> None:
+    """seq_text keeps a TYPE_STRING state (ONNX StringConcat) starting from its data_file ("<"): each response
+    is the prefix plus every input of its sequence so far; two interleaved sequences keep their own."""
+    a, b = new_id(), new_id()
+    assert infer_text(client, "ab", a, start=True) == "<ab"
+    assert infer_text(client, "x", b, start=True) == "<x"
+    assert infer_text(client, "cd", a) == "<abcd"
+    assert infer_text(client, "ü", b, end=True) == "<xü"
+    assert infer_text(client, "e", a, end=True) == "<abcde"
+
+
+# ------------------------------------------------------------------------ sequences through an ensemble
+
+
+def test_ensemble_passes_sequence_flags_and_answers_with_them(
+    http_client: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    """seq_ensemble's one step is seq_accum: the flags of a request to the ensemble reach it (the sums run on),
+    and each response carries sequence_id, sequence_start and sequence_end, as Triton's ensemble responses do."""
+    seq = new_id()
+    steps = [(3, True, False, http_client), (4, False, False, grpc_client), (5, False, True, http_client)]
+    sums = []
+    for value, start, end, client in steps:
+        result = infer(client, "seq_ensemble", value, seq, start=start, end=end)
+        sums.append(scalar(result))
+        if protocol(client) == "http":
+            params = result.get_response()["parameters"]
+        else:
+            params = {
+                k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in result.get_response().parameters.items()
+            }
+        assert params == {"sequence_id": seq, "sequence_start": start, "sequence_end": end}
+    assert sums == [3, 7, 12]
+    with pytest.raises(InferenceServerException) as info:
+        infer(grpc_client, "seq_ensemble", 1, seq)  # ended: the step needs a START, Triton's message
+    check_error(info, INVALID["grpc"], "in ensemble 'seq_ensemble', inference request for sequence")
+
+
+def test_ensemble_stream_responses_carry_the_sequence_parameters(server: Server) -> None:
+    """Two sequences interleaved on one ModelStreamInfer stream to seq_ensemble: every streamed response
+    carries its own request's sequence parameters."""
+    a, b = new_id(), str(new_id())
+    sent = [(a, 1, True, False), (b, 2, True, False), (a, 3, False, True), (b, 4, False, True)]
+    with Stream(server) as stream:
+        for i, (seq, value, start, end) in enumerate(sent):
+            stream.send("seq_ensemble", value, request_id=str(i), seq_id=seq, start=start, end=end)
+        got = stream.collect(len(sent))
+    assert [e for _, e in got] == [None] * len(sent), [str(e) for _, e in got]
+    for result, _ in got:
+        response = result.get_response()
+        seq, _, start, end = sent[int(response.id)]
+        params = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in response.parameters.items()}
+        assert params["sequence_id"] == seq and params["sequence_start"] == start, params
+        assert params["sequence_end"] == end, params
+    sums = {int(r.get_response().id): scalar(r) for r, _ in got}
+    assert sums == {0: 1, 1: 2, 2: 4, 3: 6}
 
 
 # ------------------------------------------------------------------------ statistics

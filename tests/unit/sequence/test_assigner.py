@@ -344,3 +344,46 @@ def test_a_draining_instance_keeps_its_sequences_but_takes_no_new_one() -> None:
     a.set_draining("A", False)
     assert [c for c, _ in release(a, 2)] == [4]  # a freed slot admits the backlog again
     a.set_draining("missing", True)  # an unknown instance is ignored
+
+
+# --------------------------------------------------------------------------- backlog timeouts
+
+
+def test_a_backlogged_sequence_expires_at_its_earliest_deadline() -> None:
+    a = assigner(slots=1)
+    assert a.start(1) is not None
+    assert a.start(2, deadline_ns=500) is None
+    assert a.start(3) is None  # no timeout: waits as long as it takes
+    assert a.lookup(2, deadline_ns=300) is None  # a later request of 2 with a shorter timeout
+    assert a.next_deadline() == 300
+    assert a.expire_backlog(299) == []
+    assert a.expire_backlog(300) == [2]
+    assert a.backlog == [3] and a.next_deadline() == 0
+    # Forgotten: its next request without START is refused as Triton does.
+    with pytest.raises(InvalidArgument, match=START_FLAG.format(2)):
+        a.lookup(2)
+    assert where(release(a, 1)[0][1]) == ("A", 0)  # 3 is next, as before
+
+
+def test_a_later_longer_timeout_does_not_extend_the_wait() -> None:
+    a = assigner(slots=1)
+    a.start(1)
+    a.start(2, deadline_ns=100)
+    a.lookup(2, deadline_ns=900)
+    assert a.next_deadline() == 100
+
+
+def test_admitted_or_cancelled_sequences_have_no_deadline() -> None:
+    a = assigner(slots=1)
+    a.start(1)
+    a.start(2, deadline_ns=100)
+    a.start(3, deadline_ns=200)
+    assert [c for c, _ in release(a, 1)] == [2]
+    a.cancel(3)
+    assert a.next_deadline() == 0 and a.expire_backlog(10**12) == []
+
+
+def test_a_placed_start_ignores_its_timeout() -> None:
+    a = assigner(slots=1)
+    assert a.start(1, deadline_ns=5) is not None
+    assert a.expire_backlog(10**12) == [] and 1 in a.active

@@ -112,6 +112,14 @@ def test_config_oldest_unbatched_and_without_candidates() -> None:
     assert (cfg.direct, cfg.slots, cfg.max_batch_size, cfg.preferred) == (False, 1, 1, ())
 
 
+def test_config_oldest_without_candidates_has_a_place_per_batch_row() -> None:
+    """Triton: max_candidate_sequences unset (0) means max_batch_size candidate sequences per instance."""
+    cfg = SequenceBatchingConfig.from_model_config(
+        parse('name: "m" max_batch_size: 4 sequence_batching { oldest { } }')
+    )
+    assert (cfg.direct, cfg.slots, cfg.max_batch_size) == (False, 4, 4)
+
+
 # --------------------------------------------------------------------------- direct
 
 

@@ -56,20 +56,89 @@ def test_default_initial_state_is_zeros_with_variable_dims_one(
 
 
 def test_zero_data_uses_its_own_dims() -> None:
-    s = implicit(state("TYPE_FP32", "[ -1 ]", "data_type: TYPE_FP32 dims: [ 2, 3 ] zero_data: true"))
+    s = implicit(state("TYPE_FP32", "[ -1, 3 ]", "data_type: TYPE_FP32 dims: [ 2, 3 ] zero_data: true"))
     (spec,) = s.specs
     assert spec.initial.shape == (2, 3) and spec.initial.dtype == np.float32 and not spec.initial.any()
 
 
 def test_initial_dims_must_be_fixed() -> None:
-    with pytest.raises(InvalidConfig, match=r"initial_state\[0\]\.dims must be fixed"):
+    with pytest.raises(
+        InvalidConfig, match="'initial_state' field for state input name 'INPUT_STATE' contains variable"
+    ):
         implicit(state("TYPE_INT32", "[ -1 ]", "data_type: TYPE_INT32 dims: [ -1 ] zero_data: true"))
 
 
-def test_string_state_rejected() -> None:
+@pytest.mark.parametrize(
+    ("states", "message"),
+    [
+        (
+            state("TYPE_INT32", "[ 1 ]", "data_type: TYPE_FP32 dims: [ 1 ] zero_data: true"),
+            "The data type used for 'initial_state' field of state 'INPUT_STATE' does not match the state data type.",
+        ),
+        (
+            state("TYPE_INT32", "[ -1 ]", "data_type: TYPE_INT32 dims: [ 2, 3 ] zero_data: true"),
+            "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input "
+            "'INPUT_STATE'. 2 != 1",
+        ),
+        (
+            state("TYPE_INT32", "[ 4 ]", "data_type: TYPE_INT32 dims: [ 3 ] zero_data: true"),
+            "'initial_state' dim for input name 'INPUT_STATE' doesn't match 'state' dim description. 3 != 4",
+        ),
+        (
+            'state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] '
+            "initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } ]",
+            "Field 'name' must be set when using initial_state for state input 'INPUT_STATE'.",
+        ),
+        (
+            'state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] '
+            'initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "a" } '
+            'initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "b" } } ]',
+            "initial_state field for state input 'INPUT_STATE' must contain exactly one or zero element. "
+            "Found '2' elements.",
+        ),
+    ],
+)
+def test_initial_state_checked_as_triton_does(states: str, message: str) -> None:
     with pytest.raises(InvalidConfig) as exc:
-        implicit(state("TYPE_STRING", "[ 1 ]"))
-    assert "'acc'" in exc.value.message and "sequence_batching.state[0].data_type" in exc.value.message
+        implicit(states)
+    assert exc.value.message == f"model 'acc': sequence_batching.state[0].initial_state: {message}"
+
+
+@pytest.mark.parametrize("initial", ["", "data_type: TYPE_STRING dims: [ 2, 1 ] zero_data: true"])
+def test_string_state_starts_as_empty_strings(initial: str) -> None:
+    """Triton zeroes a string state's element lengths: every element is an empty string."""
+    (spec,) = implicit(state("TYPE_STRING", "[ 2, -1 ]", initial)).specs
+    assert spec.initial.shape == (2, 1) and spec.initial.dtype == np.object_
+    assert spec.initial.ravel().tolist() == [b"", b""]
+
+
+def serialized(*items: bytes) -> bytes:
+    """BYTES elements as Triton serializes them: a 4-byte little-endian length before each."""
+    return b"".join(len(i).to_bytes(4, "little") + i for i in items)
+
+
+def test_string_state_from_data_file(tmp_path: pathlib.Path) -> None:
+    write_initial(tmp_path, "greeting", serialized(b"hello", b"", "wörld".encode()))
+    initial = 'data_type: TYPE_STRING dims: [ 3 ] data_file: "greeting"'
+    (spec,) = implicit(state("TYPE_STRING", "[ -1 ]", initial), tmp_path).specs
+    assert spec.initial.ravel().tolist() == [b"hello", b"", "wörld".encode()]
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (serialized(b"a", b"b"), "holds 2 string element(s), 3 expected"),
+        (serialized(b"a", b"b", b"c") + b"\x01", "ends inside the length of string element 3"),
+        (serialized(b"a", b"b") + (9).to_bytes(4, "little") + b"x", "string element 2 needs 9 bytes"),
+    ],
+)
+def test_string_data_file_must_hold_the_declared_elements(tmp_path: pathlib.Path, data: bytes, fragment: str) -> None:
+    write_initial(tmp_path, "bad", data)
+    with pytest.raises(InvalidConfig) as exc:
+        implicit(state("TYPE_STRING", "[ 3 ]", 'data_type: TYPE_STRING dims: [ 3 ] data_file: "bad"'), tmp_path)
+    message = exc.value.message
+    assert "'acc'" in message and "sequence_batching.state[0].initial_state[0].data_file 'bad'" in message
+    assert fragment in message
 
 
 def write_initial(model_dir: pathlib.Path, name: str, data: bytes) -> None:
@@ -95,13 +164,21 @@ def test_data_file_in_a_subdirectory(tmp_path: pathlib.Path) -> None:
     assert s.specs[0].initial.tolist() == [1.5, -2.0]
 
 
-@pytest.mark.parametrize("size", [0, 8, 16])
-def test_data_file_size_mismatch_rejected(tmp_path: pathlib.Path, size: int) -> None:
+@pytest.mark.parametrize("size", [0, 8])
+def test_data_file_too_short_rejected(tmp_path: pathlib.Path, size: int) -> None:
     write_initial(tmp_path, "init.bin", b"\0" * size)
     with pytest.raises(InvalidConfig) as exc:
         implicit(state("TYPE_INT32", "[ 3 ]", 'data_type: TYPE_INT32 dims: [ 3 ] data_file: "init.bin"'), tmp_path)
     msg = exc.value.message
-    assert f"holds {size} bytes, expected 12" in msg and "'acc'" in msg and "init.bin" in msg
+    assert "'acc'" in msg
+    assert f"initial_state setting expects 12 bytes, but the data provided from init.bin only has {size} bytes." in msg
+
+
+def test_a_longer_data_file_gives_its_first_bytes(tmp_path: pathlib.Path) -> None:
+    """As Triton reads it: the state's bytes from the start of the file, the rest ignored."""
+    write_initial(tmp_path, "init.bin", np.arange(5, dtype=np.int32).tobytes())
+    s = implicit(state("TYPE_INT32", "[ 3 ]", 'data_type: TYPE_INT32 dims: [ 3 ] data_file: "init.bin"'), tmp_path)
+    assert s.specs[0].initial.tolist() == [0, 1, 2]
 
 
 def test_data_file_missing(tmp_path: pathlib.Path) -> None:

@@ -491,3 +491,23 @@ async def test_a_malformed_result_still_answers_the_step() -> None:
     inst, _, _ = make(model=model)
     result = await asyncio.wait_for(inst.step(step(7, 0, 1, start=True)), 0.2)
     assert result.error is not None
+
+
+@pytest.mark.parametrize(
+    "strategy", ["direct { }", "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 4 ] }"]
+)
+async def test_a_late_step_of_an_idle_sequence_is_not_its_continuation(strategy: str) -> None:
+    """5 s idle limit; the step 6 s after START arrives before the idle timer has fired (the fake clock moved,
+    the event loop did not wait): the sequence leaves its slot first, so the step is "not here" (it needs a
+    START) and the freed slot is reported, for both strategies."""
+    cfg = config(strategy, extra="max_sequence_idle_microseconds: 5000000")
+    seen: list[list[SlotEvent]] = []
+    inst, model, clock = make(cfg, on_release=seen.append)
+    assert out(await inst.step(step(7, 0, 5, gen=1, start=True))) == [5]
+    clock.now += 6_000_000_000
+    assert (await inst.step(step(7, 0, 1, gen=1))).not_here
+    assert seen == [[SlotEvent(0, 7, 1)]]
+    assert inst.batcher.occupied() == []
+    assert len(model.executions) == 1
+    # A START takes the slot again, from the initial state.
+    assert out(await inst.step(step(7, 0, 2, gen=2, start=True))) == [2]

@@ -9,20 +9,23 @@ import pytest
 from serve_app.errors import InvalidArgument, NotFound, Unavailable
 from serve_app.sequence.batcher import SequenceBatcher, SequenceBatchingConfig
 from serve_app.sequence.messages import (
+    BACKLOG_TIMEOUT,
     Assignment,
     AssignRequest,
+    BacklogDeadline,
     InstanceEvents,
     LookupRequest,
     PollEvents,
     SlotEvent,
 )
 from serve_app.sequence.router import SequenceRouter
+from tests.support.clock import FakeClock
 
 KEY = "m:1"
 
 
-def router(slots: int = 1, instances: tuple[str, ...] = ("A",)) -> SequenceRouter:
-    r = SequenceRouter()
+def router(slots: int = 1, instances: tuple[str, ...] = ("A",), clock: FakeClock | None = None) -> SequenceRouter:
+    r = SequenceRouter(clock) if clock is not None else SequenceRouter()
     r.add_model(KEY, "m", slots)
     for name in instances:
         r.instance_up(KEY, name, (name.lower(), 1))
@@ -259,3 +262,74 @@ async def test_instance_poll_reports_draining() -> None:
     events = InstanceEvents("A", (), (), True)
     assert events.draining
     assert not InstanceEvents("A").draining
+
+
+# --------------------------------------------------------------------------- backlog timeouts
+
+
+async def test_a_backlogged_start_fails_when_its_timeout_passes() -> None:
+    """The request's timeout (100 s here) bounds its wait in the backlog: then it and every request of the
+    sequence waiting at the router fail with Triton's message, the ID is forgotten, and the next backlogged
+    sequence gets the slot when it frees."""
+    clock = FakeClock(1_000)
+    r = router(slots=1, clock=clock)
+    first = await r.assign(KEY, 1)
+    waiting = asyncio.ensure_future(r.handle(AssignRequest(KEY, 2, timeout_us=100_000_000)))
+    other_gateway = asyncio.ensure_future(r.handle(LookupRequest(KEY, 2)))
+    third = asyncio.ensure_future(r.assign(KEY, 3))
+    await settle()
+    clock.advance(99_999_999_999)
+    r.expire_backlogs()
+    await settle()
+    assert not waiting.done()
+    clock.advance(1)
+    r.expire_backlogs()
+    for task in (waiting, other_gateway):
+        with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
+            await asyncio.wait_for(task, 1)
+    assert r.assigner(KEY).backlog == [3]
+    with pytest.raises(InvalidArgument, match="must specify the START flag"):
+        await r.lookup(KEY, 2)
+    r.released(KEY, release_event(first, 1))
+    assert (await asyncio.wait_for(third, 1)).slot == 0
+
+
+async def test_the_backlog_timer_fires_on_its_own() -> None:
+    r = router(slots=1)
+    await r.assign(KEY, 1)
+    with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
+        await asyncio.wait_for(r.assign(KEY, 2, timeout_us=1_000), 5)
+    assert r.assigner(KEY).backlog == []
+
+
+async def test_a_lookup_timeout_shortens_the_wait_of_a_backlogged_start() -> None:
+    clock = FakeClock(0)
+    r = router(slots=1, clock=clock)
+    await r.assign(KEY, 1)
+    start = asyncio.ensure_future(r.assign(KEY, 2))  # no timeout of its own
+    await settle()
+    step = asyncio.ensure_future(r.lookup(KEY, 2, timeout_us=50_000_000))
+    await settle()
+    clock.advance(50_000_000_000)
+    r.expire_backlogs()
+    for task in (start, step):
+        with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
+            await asyncio.wait_for(task, 1)
+
+
+async def test_a_backlog_deadline_message_shortens_the_wait() -> None:
+    """A gateway holding a step behind the backlogged START posts its timeout (one way)."""
+    clock = FakeClock(0)
+    r = router(slots=1, clock=clock)
+    await r.assign(KEY, 1)
+    start = asyncio.ensure_future(r.assign(KEY, 2))
+    await settle()
+    r.one_way(BacklogDeadline(KEY, 2, 30_000_000))
+    r.one_way(BacklogDeadline(KEY, 1, 1))  # not backlogged (it has its slot): nothing to shorten
+    r.one_way(BacklogDeadline("other:1", 2, 1))  # no such model: ignored
+    assert r.assigner(KEY).next_deadline() == 30_000_000_000
+    clock.advance(30_000_000_000)
+    r.expire_backlogs()
+    with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
+        await asyncio.wait_for(start, 1)
+    assert 1 in r.assigner(KEY).active

@@ -16,7 +16,7 @@ from serve_app.inference.options import CorrId, RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, RequestedOutput
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.sequence.messages import Assignment, Recovery, SequenceStep, StateBackup, StepResult
+from serve_app.sequence.messages import BACKLOG_TIMEOUT, Assignment, Recovery, SequenceStep, StateBackup, StepResult
 from serve_app.sequence.scheduler import SequenceScheduler
 from tests.support.clock import FakeClock
 
@@ -77,22 +77,29 @@ class FakePort:
         self.backups: list[StateBackup] = []
         self.on_backup: Callable[[StateBackup], None] | None = None
         self.assign_gates: dict[CorrId, asyncio.Event] = {}
+        self.assign_errors: dict[CorrId, Exception] = {}  # raised by assign (after its gate)
+        self.timeouts: list[int] = []  # the timeout_us of each assign and lookup
         self.handler: Handler = compute
         self.dispatch_raises: Exception | None = None
         self.next_slot = 0
 
-    async def assign(self, corr_id: CorrId) -> Assignment:
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
         self.calls.append(("assign", corr_id))
+        self.timeouts.append(timeout_us)
         gate = self.assign_gates.get(corr_id)
         if gate is not None:
             await gate.wait()
+        error = self.assign_errors.pop(corr_id, None)
+        if error is not None:
+            raise error
         if corr_id not in self.table:
             self.table[corr_id] = place(self.next_slot, slot_token=100 + self.next_slot)
             self.next_slot += 1
         return self.table[corr_id]
 
-    async def lookup(self, corr_id: CorrId) -> Assignment:
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
         self.calls.append(("lookup", corr_id))
+        self.timeouts.append(timeout_us)
         if corr_id not in self.table:
             raise InvalidArgument(START_FLAG.format(corr_id))
         return self.table[corr_id]
@@ -113,6 +120,9 @@ class FakePort:
         self.backups.append(backup)
         if self.on_backup is not None:
             self.on_backup(backup)
+
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self.calls.append(("deadline", corr_id, timeout_us))
 
     def kinds(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -552,7 +562,7 @@ async def test_a_failed_start_with_nothing_to_restore_starts_anew() -> None:
     port.handler = die_on("A")
     port.recover_error = InvalidArgument(START_FLAG.format(7))
 
-    async def assign(corr_id: CorrId) -> Assignment:
+    async def assign(corr_id: CorrId, timeout_us: int = 0) -> Assignment:
         port.calls.append(("assign", corr_id))
         port.table[corr_id] = place(1, 777, instance="B") if port.kinds().count("assign") > 1 else port.table[corr_id]
         return port.table[corr_id]
@@ -734,3 +744,57 @@ async def test_recovery_onto_a_state_older_than_the_last_answer_is_the_lost_erro
         await submit(s, request(7, 3))
     assert "was lost: its restored state is from step 1, its last answer from 2" in exc.value.message
     assert port.kinds()[-1] == "recover"  # not run on the older state
+
+
+# --------------------------------------------------------------------------- backlog timeouts
+
+
+async def test_the_request_timeout_goes_with_the_start_and_lookups() -> None:
+    port = FakePort()
+    s = scheduler(port)
+    port.table[9] = place(3)
+    req = request(7, 1, start=True)
+    req.parameters["timeout"] = 250_000
+    await submit(s, req)
+    lookup = request(9, 1)
+    lookup.parameters["timeout"] = 40
+    await submit(s, lookup)
+    assert port.timeouts == [250_000, 40]
+
+
+async def test_steps_queued_behind_a_start_that_timed_out_in_the_backlog_fail_with_it() -> None:
+    """Triton rejects every request in the expired backlog; later ones need a START; a new START works."""
+    port = FakePort()
+    port.assign_gates[7] = asyncio.Event()
+    port.assign_errors[7] = Unavailable(BACKLOG_TIMEOUT)
+    s = scheduler(port)
+    tasks = [asyncio.create_task(send(s, request(7, i + 1, start=i == 0), 1, 0)) for i in range(3)]
+    await asyncio.sleep(0)
+    port.assign_gates[7].set()
+    for task in tasks:
+        with pytest.raises(Unavailable, match=BACKLOG_TIMEOUT):
+            await task
+    assert port.kinds() == ["assign"]
+    st = s.stats
+    assert st.failures["REJECTED"] == 3 and st.failure_count == 3
+    with pytest.raises(InvalidArgument, match="must specify the START flag"):
+        await submit(s, request(7, 4))
+    assert await submit(s, request(7, 5, start=True, end=True)) == {"DOUBLE": [10], "NEG": [-5]}
+
+
+async def test_a_step_held_behind_a_waiting_start_tells_the_router_its_timeout() -> None:
+    port = FakePort()
+    port.assign_gates[7] = asyncio.Event()
+    s = scheduler(port)
+    start = asyncio.create_task(send(s, request(7, 1, start=True), 1, 0))
+    later = request(7, 2)
+    later.parameters["timeout"] = 5_000
+    held = asyncio.create_task(send(s, later, 1, 0))
+    untimed = asyncio.create_task(send(s, request(7, 3), 1, 0))
+    await asyncio.sleep(0)
+    assert [c for c in port.calls if c[0] == "deadline"] == [("deadline", 7, 5_000)]
+    port.assign_gates[7].set()
+    await asyncio.gather(start, held, untimed)
+    # Once placed, a step's timeout is not the router's business (Triton applies none in a slot).
+    await submit(s, later)
+    assert [c for c in port.calls if c[0] == "deadline"] == [("deadline", 7, 5_000)]
