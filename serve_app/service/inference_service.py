@@ -31,10 +31,12 @@ from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.sequence.scheduler import SequenceScheduler
+from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.model_executor import ModelExecutor
 from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.stats import ModelStats
 from serve_app.stats.prometheus import ModelMetrics
+from serve_app.telemetry import spans
 
 # In the order Triton's server metadata lists them (core's InferenceServer constructor).
 EXTENSIONS: tuple[str, ...] = (
@@ -47,6 +49,8 @@ EXTENSIONS: tuple[str, ...] = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 
 # Triton's answer to load / unload when model control is not explicit.
@@ -96,11 +100,13 @@ class InferenceService:
         repository: RepositoryControl | None = None,
         max_queued: int = 0,
         stats_source: StatsSource | None = None,
+        diagnostics: Diagnostics | None = None,
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
-        process's schedulers; a host with several front-end processes adds theirs up)."""
+        process's schedulers; a host with several front-end processes adds theirs up).  ``diagnostics``: the
+        trace and log settings (default: tracing off, settings changed in this process only)."""
         self.registry = registry
         self.executor = executor
         self.repository = repository
@@ -109,6 +115,8 @@ class InferenceService:
         self._metadata = ServerMetadata(server_name, server_version, list(extensions))
         self.accepting = True
         self.inflight = 0  # client requests in progress (drained at shutdown)
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+        self.diagnostics.model_ready = self.model_ready
 
     # -- health --------------------------------------------------------------
     def live(self) -> bool:
@@ -223,12 +231,26 @@ class InferenceService:
         return self.inflight
 
     async def _infer(self, model: ServedModel, request: InferRequest) -> InferResponse:
+        parent = spans.current()
+        if parent is None:  # not traced: the usual case
+            return await self._run(model, request, None)
+        span = parent.model_span(model.name, model.version, request.id)
+        token = spans.activate(span)  # an ensemble's steps become children of its span
+        try:
+            return await self._run(model, request, span)
+        finally:
+            span.end("REQUEST_END")
+            spans.deactivate(token)
+
+    async def _run(self, model: ServedModel, request: InferRequest, span: spans.ActiveSpan | None) -> InferResponse:
         arrival = time.monotonic_ns()
         batch_size = validate_request(request, model.signature)
         options = RequestOptions.parse(
             request, model.signature, batch_size=batch_size, sequence_model=model.is_sequence
         )
         request.model_version = str(model.version)
+        if span is not None:
+            span.event("QUEUE_START")
         response = await self.scheduler(model).submit(request, options, arrival)
         if options.classification:
             apply_classification(response, options.classification, model.labels, model.signature.max_batch_size > 0)

@@ -228,7 +228,6 @@ async def test_error_codes(grpc_stub: Stub) -> None:
         ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest),
         ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest),
         ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest),
-        ("TraceSetting", pb.TraceSettingRequest),
     ],
 )
 async def test_unimplemented(grpc_stub: Stub, method: str, request_type: Any) -> None:
