@@ -50,8 +50,7 @@ async def log_settings(service: InferenceService, request: pb.LogSettingsRequest
 def start_trace(service: InferenceService, model: str, context: Any) -> spans.ActiveSpan | None:
     """The call's ``InferRequest`` span when it is traced (the handler runs once the message is read)."""
     start = time.time_ns()
-    setting = service.diagnostics.traces.setting_for(model)
-    if not setting.level:  # the usual case: no metadata read
+    if not service.diagnostics.tracing(model):  # the usual case: no metadata read
         return None
     parent = None
     for key, value in context.invocation_metadata() or ():

@@ -121,7 +121,10 @@ def traced_infer(service: InferenceService, infer: Handler) -> Handler:
 
     async def handler(request: Request) -> Response:
         start = time.time_ns()
-        trace = diagnostics.start_trace(request.path_params["model"], request.headers.get(TRACEPARENT), start)
+        model = request.path_params["model"]
+        if not diagnostics.tracing(model):  # the usual case: no header read
+            return await infer(request)
+        trace = diagnostics.start_trace(model, request.headers.get(TRACEPARENT), start)
         if trace is None:
             return await infer(request)
         trace.event("HTTP_RECV_START", start)

@@ -6,7 +6,9 @@ change to the model manager (:class:`ManagerDiagnostics`), which records it afte
 it (:class:`~serve_app.service.diagnostics.DiagnosticsLog`) and pushes the record to every gateway
 replica, waiting for them, before the request is answered.  A gateway applies the changes it has not
 applied yet, in order, so each one's settings (and sampling counters) evolve as Triton's do; one that
-starts later, or missed a push, takes the record when it starts and again with each state poll.
+starts later, or missed a push, takes the record when it starts and again with each state poll.  A
+model manager that Serve restarts starts a new record: running gateways keep their settings and
+apply the new record's changes over them; a gateway that starts after that has lost the older ones.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from serve_app.tracing import NewSetting
 
 logger = logging.getLogger("ray.serve")
 
-Record = tuple[tuple[tuple[str, NewSetting], ...], LogSettings]
+Record = tuple[int, tuple[tuple[str, NewSetting], ...], LogSettings]
 
 
 class ManagerDiagnostics:
@@ -58,10 +60,10 @@ class DiagnosticsOwner:
         await self._push()
 
     async def _push(self) -> None:
-        updates, logs = self.log.snapshot()
         try:
             handle = serve.get_deployment_handle("gateway", self._app)
-            answers = await handle.broadcast("apply_diagnostics", updates, logs).results_async(return_exceptions=True)
+            call = handle.broadcast("apply_diagnostics", *self.log.snapshot())
+            answers = await call.results_async(return_exceptions=True)
         except Exception as exc:
             answers = [exc]
         for answer in answers:

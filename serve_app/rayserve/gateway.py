@@ -188,9 +188,11 @@ class Gateway:
                 logger.warning("waiting for the model manager's state failed: %s", exc)
                 await asyncio.sleep(1.0)
 
-    async def apply_diagnostics(self, updates: tuple[tuple[str, NewSetting], ...], logs: LogSettings) -> None:
+    async def apply_diagnostics(
+        self, epoch: int, updates: tuple[tuple[str, NewSetting], ...], logs: LogSettings
+    ) -> None:
         """The manager's record of trace and log setting changes: apply those not applied here yet."""
-        self.service.diagnostics.catch_up(updates, logs)
+        self.service.diagnostics.catch_up(epoch, updates, logs)
 
     def _capacity_changed(self, key: ModelKey, capacity: int) -> None:
         self.service.set_capacity(key, capacity)

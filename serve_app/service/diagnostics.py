@@ -13,6 +13,7 @@ Per request, :meth:`start_trace` is one dict lookup and a level test while traci
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -46,9 +47,15 @@ class Diagnostics:
         self.logs = logs if logs is not None else LogSettings()
         self.control: DiagnosticsControl = control if control is not None else _InProcess(self)
         self.model_ready: Callable[[str], bool] = lambda name: False
-        self.applied = 0  # trace updates applied so far (of the model manager's log, on Ray)
+        self.applied = 0  # trace updates applied so far (of the model manager's record, on Ray)
+        self._epoch = 0  # which record: a model manager that Serve restarts starts a new one
 
     # -- per request ------------------------------------------------------------------------
+    def tracing(self, model: str) -> bool:
+        """Whether requests to ``model`` may be traced now (their level is not OFF): the front ends ask this
+        before they look for a trace context."""
+        return bool(self.traces.setting_for(model).level)
+
     def start_trace(self, model: str, traceparent: str | None, start_ns: int) -> spans.ActiveSpan | None:
         """The request's root span when it is traced (sampled, or sent with a trace context), else None."""
         setting = self.traces.setting_for(model)
@@ -86,8 +93,11 @@ class Diagnostics:
         self.logs = settings
         python_logging.apply(settings)
 
-    def catch_up(self, updates: tuple[tuple[str, NewSetting], ...], logs: LogSettings) -> None:
-        """Apply the updates of the manager's log this process has not applied yet, and its log settings."""
+    def catch_up(self, epoch: int, updates: tuple[tuple[str, NewSetting], ...], logs: LogSettings) -> None:
+        """Apply the updates of the manager's record this process has not applied yet, and its log settings.
+        A new record (the manager was restarted, and lost the old one) continues from the settings here."""
+        if epoch != self._epoch:
+            self._epoch, self.applied = epoch, 0
         for model, new in updates[self.applied :]:
             try:
                 self.apply_trace(model, new)
@@ -118,6 +128,7 @@ class DiagnosticsLog:
     startup: TraceStartup
     logs: LogSettings
     updates: list[tuple[str, NewSetting]] = field(default_factory=list)
+    epoch: int = field(default_factory=time.time_ns)
     _store: TraceSettingsStore | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -129,5 +140,5 @@ class DiagnosticsLog:
             self._store.update(model, new)
             self.updates.append((model, new))
 
-    def snapshot(self) -> tuple[tuple[tuple[str, NewSetting], ...], LogSettings]:
-        return tuple(self.updates), self.logs
+    def snapshot(self) -> tuple[int, tuple[tuple[str, NewSetting], ...], LogSettings]:
+        return self.epoch, tuple(self.updates), self.logs
