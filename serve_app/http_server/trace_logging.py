@@ -41,13 +41,11 @@ def _bad_request(exc: BaseException) -> Response:
 
 
 async def _body_object(request: Request, limits: RequestLimits, read_body: BodyReader) -> dict[str, Any] | None:
-    """The POST body as a JSON object (None for a GET)."""
+    """The POST body's settings (None for a GET); JSON that is not an object names none, as Triton reads it."""
     if request.method != "POST":
         return None
     obj = http_codec.parse_json(await read_body(request, limits), limits)
-    if not isinstance(obj, dict):
-        raise InvalidArgument("attempt to access JSON non-object as object")
-    return obj
+    return obj if isinstance(obj, dict) else {}
 
 
 def _trace_values(body: dict[str, Any]) -> dict[str, list[str] | None]:

@@ -36,7 +36,7 @@ class LogSettings:
 
 _TYPES = {"log_info": bool, "log_warning": bool, "log_error": bool, "log_verbose_level": int, "log_format": str}
 _GRPC_NAMES = {bool: "boolean", int: "int32", str: "string"}
-_JSON_NAMES = {bool: "boolean", int: "unsigned integer", str: "string"}
+_JSON_NAMES = {bool: "boolean", int: "unsigned-integer", str: "string"}  # TritonJson's words
 
 
 def parse_log_update(current: LogSettings, values: Mapping[str, object], *, http: bool = False) -> LogSettings:

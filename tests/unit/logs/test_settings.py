@@ -36,3 +36,9 @@ def test_tritons_messages(values: dict[str, object], http: bool, error: type[Ser
     with pytest.raises(error) as info:
         parse_log_update(LogSettings(), values, http=http)
     assert info.value.message == message
+
+
+def test_http_verbose_level_is_an_unsigned_integer() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        parse_log_update(LogSettings(), {"log_verbose_level": -1}, http=True)
+    assert info.value.message == "attempt to access JSON non-unsigned-integer as unsigned-integer"
