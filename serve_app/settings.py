@@ -12,8 +12,10 @@ from typing import Any
 
 from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
+from serve_app.logs import LogSettings
 from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings, optional_tls
+from serve_app.tracing import TraceStartup
 
 CONTROL_MODES = ("none", "poll", "explicit")
 
@@ -170,6 +172,22 @@ class ServerSettings:
         "each line prefixed with its process); off: they log warnings and errors only, and the server prints "
         "one line per model, its table of models and its ready line",
     )
+    trace_config: tuple[str, ...] = setting(
+        (),
+        "Triton's --trace-config, '[<mode>,]<setting>=<value>': level=OFF|TIMESTAMPS|TENSORS, rate=N (every "
+        "N-th request), count=N (-1: no limit), mode=opentelemetry, opentelemetry,url=<host:port/v1/traces> (the "
+        "OTLP/HTTP collector), opentelemetry,resource=<key>=<value>, opentelemetry,bsp_max_queue_size=N / "
+        "bsp_schedule_delay=MS / bsp_max_export_batch_size=N (repeatable; ';' in serve run args)",
+        repeat=True,
+        sep=";",
+        metavar="[MODE,]SETTING=VALUE",
+    )
+    log_verbose: int = setting(0, "Triton's --log-verbose: a level above 0 logs debug messages too")
+    log_info: bool = setting(True, "Triton's --log-info: log info messages")
+    log_warning: bool = setting(True, "Triton's --log-warning: log warning messages")
+    log_error: bool = setting(True, "Triton's --log-error: log error messages")
+    log_format: str = setting("default", "Triton's --log-format: default or ISO8601", choices=("default", "ISO8601"))
+    log_file: str = setting("", "Triton's --log-file: write the server's log there instead of stderr", path=True)
 
     def __post_init__(self) -> None:
         if self.model_control_mode not in CONTROL_MODES:
@@ -181,6 +199,8 @@ class ServerSettings:
         self.tls()  # a half-given TLS setting fails here, not in the gateway
         self.limits()
         self.restricted_apis()
+        self.trace_startup()
+        self.log_settings()
 
     def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
@@ -204,6 +224,20 @@ class ServerSettings:
         return (
             RestrictedApis.parse(list(self.http_restricted_api)),
             RestrictedApis.parse(list(self.grpc_restricted_protocol), grpc=True),
+        )
+
+    def trace_startup(self) -> TraceStartup:
+        """The start-up trace settings (``trace_config`` parsed as Triton parses --trace-config)."""
+        return TraceStartup.parse(self.trace_config)
+
+    def log_settings(self) -> LogSettings:
+        return LogSettings(
+            log_file=self.log_file,
+            log_info=self.log_info,
+            log_warning=self.log_warning,
+            log_error=self.log_error,
+            log_verbose_level=self.log_verbose,
+            log_format=self.log_format,
         )
 
     @classmethod

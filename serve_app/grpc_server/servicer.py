@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from serve_app.errors import InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.grpc_server import trace_logging
 from serve_app.grpc_server.shared_memory import SharedMemoryRpcs
 from serve_app.inference.options import EMPTY_FINAL
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
@@ -112,7 +113,19 @@ class InferenceServicer(SharedMemoryRpcs):
         await self.service.repository_unload(request.model_name, unload_dependents)
         return pb.RepositoryModelUnloadResponse()
 
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        return await trace_logging.trace_setting(self.service, request)
+
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        return await trace_logging.log_settings(self.service, request)
+
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        trace = trace_logging.start_trace(self.service, request.model_name, context)
+        if trace is not None:
+            return await trace_logging.run_traced(trace, self._model_infer(request))
+        return await self._model_infer(request)
+
+    async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         model = self.service.model(request.model_name, request.model_version)
         if model.is_decoupled:
             raise Unsupported(DECOUPLED_UNARY)

@@ -22,6 +22,7 @@ from serve_app.config import config_to_json
 from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
 from serve_app.http_server.generate import generate_routes
 from serve_app.http_server.shared_memory import shared_memory_routes
+from serve_app.http_server.trace_logging import mark_received, trace_logging_routes, traced_infer
 from serve_app.inference.types import InferRequest
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import http_codec, repository_codec, stats_codec
@@ -122,6 +123,7 @@ def build_http_app(
         if model.is_decoupled:  # before the body is read, as Triton checks
             raise Unsupported(DECOUPLED_HTTP)
         body = await read_body(request, limits)
+        mark_received()
         header_length = request.headers.get(HEADER_LENGTH)
         req: InferRequest = http_codec.decode_infer_request(
             body,
@@ -209,7 +211,7 @@ def build_http_app(
         routes += [
             Route(f"{prefix}/ready", guarded(model_ready), methods=["GET"]),
             Route(f"{prefix}/config", guarded(model_config), methods=["GET"]),
-            Route(f"{prefix}/infer", guarded(infer), methods=["POST"]),
+            Route(f"{prefix}/infer", guarded(traced_infer(service, infer)), methods=["POST"]),
             Route(f"{prefix}/stats", guarded(model_stats), methods=["GET"]),
             Route(prefix, guarded(model_metadata), methods=["GET"]),
         ]
@@ -220,5 +222,6 @@ def build_http_app(
         ]
     routes += generate_routes(service, limits, read_body, guarded)
     routes += shared_memory_routes(service, limits, read_body, guarded)
+    routes += trace_logging_routes(service, limits, read_body)
     routes += extra_routes or []
     return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})

@@ -21,6 +21,7 @@ import numpy as np
 
 from serve_app.errors import ServeError
 from serve_app.inference.types import ParamValue
+from serve_app.tracing import TraceLink
 
 CorrelationId = int | str
 FLAG_START, FLAG_END = 1, 2  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
@@ -61,6 +62,7 @@ class Execution:
     batch_size: int  # 0 when the model does not batch
     queue_ns: int = 0  # how long its oldest request waited in the gateway's queue
     parts: tuple[RequestPart, ...] = ()  # each request's share, for backends that answer them one by one
+    traces: tuple[TraceLink, ...] = ()  # its traced requests' model spans: the instance records a compute span each
 
 
 @dataclass(slots=True)

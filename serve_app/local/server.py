@@ -15,20 +15,25 @@ import time
 
 from serve_app.front_ends import start_front_ends
 from serve_app.local.host import LocalHost
+from serve_app.logs import python_logging
+from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.model_table import model_table
 from serve_app.settings import ServerSettings
 from serve_app.shared_memory import MemoryStore, SharedMemory
+from serve_app.telemetry import spans
 
 
 async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
     """Load the repository, serve it until ``stop`` is set, then drain."""
     t0 = time.monotonic()
+    python_logging.install(settings.log_settings())
     host = await asyncio.to_thread(
         LocalHost.from_repository,
         settings.model_repository,
         max_queued=settings.max_queue_size,
         server_name=settings.server_name,
         shared_memory=SharedMemory(MemoryStore()) if settings.allow_client_shm else None,
+        diagnostics=Diagnostics(settings.trace_startup(), settings.log_settings()),  # changed in this process
     )
     try:
         print(model_table((e.name, e.version, e.state, e.reason) for e in host.service.repository_index()), flush=True)
@@ -48,6 +53,7 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
             await front.stop()
     finally:
         host.close()
+        spans.flush()  # the traces of the last requests
 
 
 def serve_locally(settings: ServerSettings) -> int:

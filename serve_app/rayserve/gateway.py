@@ -26,17 +26,22 @@ from serve_app.front_ends import start_front_ends
 from serve_app.hosting import InstanceLoad
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.keys import ModelKey
+from serve_app.logs import LogSettings, python_logging
 from serve_app.placement import KIND_CPU, HostPool
+from serve_app.rayserve.diagnostics import ManagerDiagnostics
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
 from serve_app.rayserve.model_apps import gateway_pool
 from serve_app.rayserve.pool_host import PoolHost
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
+from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.server_link import ServiceLink
 from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
 from serve_app.shared_memory import DirectoryStore, SharedMemory, node_directory
 from serve_app.stats import ModelStats
+from serve_app.telemetry import spans
+from serve_app.tracing import NewSetting
 from serve_app.transport import ChannelServer
 
 logger = logging.getLogger("serve_app")
@@ -48,6 +53,7 @@ class Gateway:
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:  # type: ignore[misc]
         self.settings = settings
+        python_logging.install(settings.log_settings())
         self.registry = ModelRegistry()
         self._manager = manager
         self.link = ServiceLink()  # Python models' BLS calls: from instances held here, and from other processes
@@ -82,12 +88,14 @@ class Gateway:
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
             # the gateways of a node share the registry: a region registered with one serves requests to any
             shared_memory=SharedMemory(DirectoryStore(node_directory(token))) if settings.allow_client_shm else None,
+            diagnostics=Diagnostics(settings.trace_startup(), settings.log_settings(), ManagerDiagnostics(manager)),
         )
         self.link.service = self.service
         self._apply_lock = asyncio.Lock()
         if self.hosting is not None:
             await self._take_content()
         await self.apply_state(await manager.state.remote())
+        await self.apply_diagnostics(*await manager.diagnostics.remote())
         if self.hosting is not None:
             self.hosting.follow()
         self._front = await start_front_ends(self.service, settings)
@@ -174,11 +182,18 @@ class Gateway:
             try:
                 state = await self._manager.wait_state.remote(self.registry.revision)
                 await self.apply_state(state)
+                await self.apply_diagnostics(*await self._manager.diagnostics.remote())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 logger.warning("waiting for the model manager's state failed: %s", exc)
                 await asyncio.sleep(1.0)
+
+    async def apply_diagnostics(
+        self, epoch: int, updates: tuple[tuple[str, NewSetting], ...], logs: LogSettings
+    ) -> None:
+        """The manager's record of trace and log setting changes: apply those not applied here yet."""
+        self.service.diagnostics.catch_up(epoch, updates, logs)
 
     def _capacity_changed(self, key: ModelKey, capacity: int) -> None:
         self.service.set_capacity(key, capacity)
@@ -269,3 +284,4 @@ class Gateway:
         service = getattr(self, "service", None)
         if service is not None:  # registrations outlive a restarted replica, not the server's shutdown (drain)
             service.shared_memory.close(forget=not service.accepting)
+        spans.flush(1000)  # the traces of the last requests

@@ -29,9 +29,11 @@ from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceHost, InstanceLoad
+from serve_app.logs import LogSettings
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, unloaded_line
+from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
 from serve_app.rayserve.host_pools import HostPools
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
@@ -40,6 +42,7 @@ from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
+from serve_app.tracing import NewSetting
 
 logger = logging.getLogger("ray.serve")
 models_log = models_logger()  # one line per model as it loads, whatever Ray's and Serve's level
@@ -77,6 +80,7 @@ class ModelManager:
         self._apps: dict[str, list[str]] = {}  # model -> its Serve applications (dedicated instances)
         self._hosted: dict[str, set[str]] = {}  # model -> its instance groups in shared hosts
         self._pools = HostPools(settings)
+        self._diagnostics = DiagnosticsOwner(settings)  # trace and log settings, for every gateway
         self._sequence: dict[str, list[SequenceModelSpec]] = {}
         self._failed: dict[str, str] = {}  # model -> why nothing of it is served
         self._unannounced: dict[str, set[str]] = {}  # model -> its groups starting gateways have yet to load
@@ -148,6 +152,16 @@ class ModelManager:
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         states = {(v.name, v.version): (v.state, v.reason) for vs in self._served.values() for v in vs}
         return self.control.index(ready_only, states)
+
+    # -- trace and log settings (see rayserve/diagnostics.py) ----------------------------------
+    async def diagnostics(self) -> Record:
+        return self._diagnostics.record()
+
+    async def update_trace(self, model: str, new: NewSetting) -> None:
+        await self._diagnostics.update_trace(model, new)
+
+    async def update_logs(self, settings: LogSettings) -> None:
+        await self._diagnostics.update_logs(settings)
 
     # -- the repository API --------------------------------------------------------------------
     async def load(self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None) -> None:

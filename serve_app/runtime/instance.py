@@ -20,6 +20,7 @@ from serve_app.errors import InternalError, as_serve_error
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.runtime.warmup import WarmupReport, warm_up
+from serve_app.telemetry import spans
 
 
 class ModelInstance:
@@ -37,7 +38,21 @@ class ModelInstance:
         self.warmup_report: WarmupReport | None = None  # what warm_up() ran (Triton counts it in the statistics)
 
     def run(self, execution: Execution) -> ExecutionResult:
-        """Execute one (possibly merged) batch; a failure is returned, never raised."""
+        """Execute one (possibly merged) batch; a failure is returned, never raised.  Its traced requests get
+        a compute span each, recorded here."""
+        if execution.traces:
+            start = time.time_ns()
+            result = self._run(execution)
+            timings = {
+                "input": result.compute_input_ns,
+                "infer": result.compute_infer_ns,
+                "output": result.compute_output_ns,
+            }
+            spans.record_compute(execution.traces, start, timings)
+            return result
+        return self._run(execution)
+
+    def _run(self, execution: Execution) -> ExecutionResult:
         t0 = time.perf_counter_ns()
         result = ExecutionResult()
         try:

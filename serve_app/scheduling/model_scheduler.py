@@ -29,6 +29,8 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
 from serve_app.scheduling.priority_queue import TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
 from serve_app.stats import ModelStats
+from serve_app.telemetry import spans
+from serve_app.tracing import TraceLink
 
 Dispatch = Callable[[list[Execution]], Awaitable[list[ExecutionResult]]]
 Outcome = InferResponse | ServeError
@@ -43,6 +45,7 @@ class Job:
     dispatch_ns: int = 0
     outcome: Outcome | None = field(default=None)  # held back when responses must keep their order
     part: RequestPart | None = None  # the request as a backend that answers requests one by one sees it
+    trace: TraceLink | None = None  # a traced request's model span, for the instance's compute span
 
 
 class ModelScheduler:
@@ -93,7 +96,7 @@ class ModelScheduler:
         """Queue a validated request and wait for its response."""
         batch_size = options.batch_size
         loop = asyncio.get_running_loop()
-        job = Job(request, batch_size, arrival_ns, loop.create_future())
+        job = Job(request, batch_size, arrival_ns, loop.create_future(), trace=spans.current_link())
         if self._per_request:
             job.part = request_part(request, options)
         key: object = None
@@ -165,11 +168,12 @@ class ModelScheduler:
             size = sum(j.batch_size for j in group) if self._batched else 0
             waited = now - min(j.arrival_ns for j in group)  # the oldest request's wait: autoscaling reads it
             outputs = union_outputs(requests, self._all_outputs)
+            traces = tuple(j.trace for j in group if j.trace is not None)
             if self._per_request:
                 parts = tuple(j.part for j in group if j.part is not None)
-                executions.append(Execution({}, outputs, size, max(0, waited), parts))
+                executions.append(Execution({}, outputs, size, max(0, waited), parts, traces))
             else:
-                executions.append(Execution(merge_inputs(requests), outputs, size, max(0, waited)))
+                executions.append(Execution(merge_inputs(requests), outputs, size, max(0, waited), traces=traces))
             jobs.append(group)
             self.stats.pending -= len(group)
         self.inflight += 1

@@ -31,11 +31,13 @@ from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.sequence.scheduler import SequenceScheduler
+from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.model_executor import ModelExecutor
 from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.shared_memory import SharedMemory
 from serve_app.stats import ModelStats
 from serve_app.stats.prometheus import ModelMetrics
+from serve_app.telemetry import spans
 
 # In the order Triton's server metadata lists them (core's InferenceServer constructor).
 EXTENSIONS: tuple[str, ...] = (
@@ -48,6 +50,8 @@ EXTENSIONS: tuple[str, ...] = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 # Listed, where Triton lists it, only when clients may register regions (--allow-client-shm).
 SYSTEM_SHARED_MEMORY = "system_shared_memory"
@@ -100,12 +104,14 @@ class InferenceService:
         max_queued: int = 0,
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
+        diagnostics: Diagnostics | None = None,
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
         process's schedulers; a host with several front-end processes adds theirs up).  ``shared_memory``:
-        the system shared memory regions clients registered (default: the extension off)."""
+        the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
+        the trace and log settings (default: tracing off, settings changed in this process only)."""
         self.registry = registry
         self.executor = executor
         self.repository = repository
@@ -119,6 +125,8 @@ class InferenceService:
         self._metadata = ServerMetadata(server_name, server_version, listed)
         self.accepting = True
         self.inflight = 0  # client requests in progress (drained at shutdown)
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+        self.diagnostics.model_ready = self.model_ready
 
     # -- health --------------------------------------------------------------
     def live(self) -> bool:
@@ -233,12 +241,26 @@ class InferenceService:
         return self.inflight
 
     async def _infer(self, model: ServedModel, request: InferRequest) -> InferResponse:
+        parent = spans.current()
+        if parent is None:  # not traced: the usual case
+            return await self._run(model, request, None)
+        span = parent.model_span(model.name, model.version, request.id)
+        token = spans.activate(span)  # an ensemble's steps become children of its span
+        try:
+            return await self._run(model, request, span)
+        finally:
+            span.end("REQUEST_END")
+            spans.deactivate(token)
+
+    async def _run(self, model: ServedModel, request: InferRequest, span: spans.ActiveSpan | None) -> InferResponse:
         arrival = time.monotonic_ns()
         batch_size = validate_request(request, model.signature)
         options = RequestOptions.parse(
             request, model.signature, batch_size=batch_size, sequence_model=model.is_sequence
         )
         request.model_version = str(model.version)
+        if span is not None:
+            span.event("QUEUE_START")
         response = await self.scheduler(model).submit(request, options, arrival)
         if options.classification:
             apply_classification(response, options.classification, model.labels, model.signature.max_batch_size > 0)

@@ -222,18 +222,6 @@ async def test_error_codes(grpc_stub: Stub) -> None:
     assert (await grpc_stub.ModelInfer(add_sub_request(a, b))).model_version == "1"
 
 
-@pytest.mark.parametrize(
-    ("method", "request_type"),
-    [
-        ("TraceSetting", pb.TraceSettingRequest),
-    ],
-)
-async def test_unimplemented(grpc_stub: Stub, method: str, request_type: Any) -> None:
-    err = await rpc_error(getattr(grpc_stub, method)(request_type()))
-    assert err.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert err.details() == f"{method} is not supported by this server"
-
-
 async def test_backend_failure_is_internal(
     grpc_stub: Stub, instances: dict[tuple[str, int], ModelInstance], monkeypatch: pytest.MonkeyPatch
 ) -> None:
