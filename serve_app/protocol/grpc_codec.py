@@ -129,7 +129,7 @@ def decode_model_infer_request(
 
     budget = ElementBudget(model, limits)
     for io in msg.inputs:  # every declared shape is counted before any input is decoded
-        budget.add(io.name, io.shape)
+        budget.add(io.name, io.shape, io.datatype)
 
     inputs: list[InferTensor] = []
     next_raw = 0  # raw entries are taken in order by the inputs without typed contents (extra ones are ignored)

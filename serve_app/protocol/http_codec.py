@@ -110,7 +110,8 @@ def decode_infer_request(
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             shape = item.get("shape")
             if isinstance(shape, list) and all(_is_int64(d) for d in shape):
-                budget.add(item["name"], shape)
+                dtype = item.get("datatype")
+                budget.add(item["name"], shape, dtype if isinstance(dtype, str) else "")
 
     offset = hlen
     inputs: list[InferTensor] = []

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from serve_app import datatypes
 from serve_app.errors import InvalidArgument, ResourceExhausted
+from serve_app.inference.signature import format_dims
 from serve_app.limits import RequestLimits
 
 
@@ -98,6 +100,9 @@ def check_counts(model: str, inputs: int, outputs: int, limits: RequestLimits) -
         )
 
 
+INT64_MAX = 2**63 - 1  # Triton counts elements and bytes in int64
+
+
 class ElementBudget:
     """Tensor elements a request declares, counted input by input before each is decoded."""
 
@@ -108,9 +113,22 @@ class ElementBudget:
         self._limits = limits
         self.total = 0
 
-    def add(self, name: str, shape: Sequence[int]) -> None:
-        """Count input ``name``'s shape (validated elsewhere: negative dims count as none)."""
+    def add(self, name: str, shape: Sequence[int], datatype: str = "") -> None:
+        """Count input ``name``'s shape (validated elsewhere: negative dims count as none).  A shape whose
+        element count, or byte size for ``datatype``, does not fit in an int64 gets Triton's overflow message
+        (its QA pins them), whatever the limit."""
         count = math.prod(max(0, int(d)) for d in shape)
+        if count > INT64_MAX:
+            raise InvalidArgument(
+                f"shape {format_dims(shape)} of input '{name}' for model '{self._model}' causes total element "
+                f"count to exceed maximum size of {INT64_MAX}"
+            )
+        itemsize = datatypes.BY_WIRE[datatype].itemsize if datatype in datatypes.BY_WIRE else 0
+        if count * itemsize > INT64_MAX:
+            raise InvalidArgument(
+                f"byte size overflow for input '{name}' for model '{self._model}': {count} elements of "
+                f"{datatype} exceed {INT64_MAX} bytes"
+            )
         self.total += count
         limit = self._limits.max_tensor_elements
         if self.total > limit:

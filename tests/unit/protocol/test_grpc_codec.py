@@ -360,6 +360,16 @@ def test_response_shape_mismatch_is_internal() -> None:
 # --------------------------------------------------------------------------- request limits
 
 
+def test_shape_overflow_gets_tritons_messages() -> None:
+    msg = pb.ModelInferRequest(model_name="m")
+    msg.inputs.add(name="INPUT0", datatype="FP32", shape=[2**2, 2**60 + 2])
+    with pytest.raises(InvalidArgument, match=r"^byte size overflow for input 'INPUT0'"):
+        decode_model_infer_request(msg)
+    msg.inputs[0].shape[0] = 2**4
+    with pytest.raises(InvalidArgument, match="causes total element count to exceed maximum size of"):
+        decode_model_infer_request(msg)
+
+
 def test_limits_are_checked_on_the_declaration_before_any_data() -> None:
     limits = RequestLimits(max_tensor_elements=10, max_inputs=2, max_outputs=1)
     msg = pb.ModelInferRequest(model_name="m")

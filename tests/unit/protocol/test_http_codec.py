@@ -653,6 +653,16 @@ def test_limits_are_checked_on_the_declaration_before_any_data() -> None:
     assert decode_infer_request(j({"inputs": [small]}), None, model_name="m", model_version="", sig=SIG).inputs
 
 
+def test_shape_overflow_gets_tritons_messages() -> None:
+    """Triton's QA (test_buffer_size_overflow): element count, then byte size, overflowing int64."""
+    for first, message in (
+        (2**4, "causes total element count to exceed maximum size of"),
+        (2**2, "byte size overflow for input"),
+    ):
+        body = j({"inputs": [{"name": "INPUT0", "shape": [first, 2**60 + 2], "datatype": "FP32", "data": [1.0]}]})
+        assert message in decode_error(body)
+
+
 def test_raw_binary_request_counts_its_elements() -> None:
     limits = RequestLimits(max_tensor_elements=16)
     assert decode(bytes(64), "0").inputs[0].shape == (16,)

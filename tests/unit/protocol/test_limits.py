@@ -129,8 +129,23 @@ def test_element_budget_counts_the_whole_request() -> None:
     budget.add("C", ())  # a scalar is one element
     assert budget.total == 51
     with pytest.raises(InvalidArgument) as exc:
-        budget.add("D", (2**62, 2**62))  # no overflow: Python integers
+        budget.add("D", (2**31, 2**31))
     assert str(exc.value).startswith(
-        f"input 'D' brings the request for model 'm' to {51 + 2**124} tensor elements, more than the maximum "
+        f"input 'D' brings the request for model 'm' to {51 + 2**62} tensor elements, more than the maximum "
         "allowed value of 100, the server's max_tensor_elements limit (raise it with --max-tensor-elements)"
     )
+
+
+def test_element_count_and_byte_size_overflow_get_tritons_messages() -> None:
+    """Triton counts in int64; its QA pins both overflow messages, which come before any limit."""
+    budget = ElementBudget("m", RequestLimits(max_tensor_elements=2**63))
+    with pytest.raises(InvalidArgument) as exc:
+        budget.add("INPUT0", (2**4, 2**60 + 2), "FP32")
+    assert str(exc.value) == (
+        "shape [16,1152921504606846978] of input 'INPUT0' for model 'm' causes total element count to exceed "
+        "maximum size of 9223372036854775807"
+    )
+    with pytest.raises(InvalidArgument, match=r"^byte size overflow for input 'INPUT0' for model 'm'"):
+        budget.add("INPUT0", (2**2, 2**60 + 2), "FP32")
+    budget.add("S", (2**2, 2**60 + 2), "BYTES")  # no fixed element size: only the count is checked
+    assert budget.total == 2**62 + 8
