@@ -20,7 +20,10 @@ from serve_app.security.tls import TlsSettings
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle off (TCP_NODELAY) only on accepted sockets whose proto
+    # says TCP, and with Nagle on, a response written as headers then body waits for the client's delayed
+    # ACK (about 40 ms) on every request of a kept-alive connection.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -135,3 +136,24 @@ async def test_other_requests_keep_their_connection(port: int) -> None:
             assert outputs(await reader.readexactly(length))["OUTPUT0"][1] == 1.5
     finally:
         writer.close()
+
+
+async def test_accepted_connections_send_without_nagle(service: InferenceService) -> None:
+    """A response goes out as two writes (headers, then body): with Nagle on, the body of every request after
+    the first on a kept-alive connection would wait for the client's delayed ACK (about 40 ms)."""
+    sock = reuse_port_socket("127.0.0.1", free_port())
+    assert sock.proto == socket.IPPROTO_TCP  # what asyncio looks at before it sets TCP_NODELAY
+    server, task = serve_http(build_http_app(service), sock)
+    while not server.started:
+        await asyncio.sleep(0.01)
+    reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+    try:
+        writer.write(request(BODY, f"Content-Length: {len(BODY)}"))
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        (connection,) = server.server_state.connections
+        accepted = connection.transport.get_extra_info("socket")
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        writer.close()
+        server.should_exit = True
+        await task
