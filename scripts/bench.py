@@ -86,8 +86,13 @@ def raw_onnxruntime(model_file: pathlib.Path, feeds: dict[str, np.ndarray], batc
 
 
 def start_server(
-    repo: pathlib.Path, ports: tuple[int, int, int], log: pathlib.Path, extra: list[str]
+    repo: pathlib.Path,
+    ports: tuple[int, int, int],
+    log: pathlib.Path,
+    extra: list[str],
+    ready: bytes = b"serve_app ready",
 ) -> subprocess.Popen[bytes]:
+    """``python -m serve_app`` on ``ports`` (HTTP, gRPC, metrics), once ready and its log says ``ready``."""
     http, grpc, metrics = ports
     cmd = [sys.executable, "-m", "serve_app", "--model-repository", str(repo), "--host", "127.0.0.1",
            "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), *extra]  # fmt: skip
@@ -99,13 +104,21 @@ def start_server(
             raise SystemExit(f"server exited:\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2) as r:
-                if r.status == 200 and b"serve_app ready" in log.read_bytes():
+                if r.status == 200 and ready in log.read_bytes():
                     return proc
         except Exception:
             pass
         time.sleep(0.5)
     proc.kill()
     raise SystemExit("server did not become ready")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def batch_counts(http: int, model: str) -> dict[int, int]:
@@ -166,11 +179,7 @@ def main() -> int:
                             runs.append(run)
                             print(f"  {name:<10} {protocol:<4} c={c:<3} {run.infer_s:9,.0f}/s", flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_server(proc)
         # Raw onnxruntime, alone on the machine, at batch 1 and at each batch size the server formed.
         time.sleep(5)  # let Ray's processes finish exiting
         raw: dict[tuple[str, int], float] = {}

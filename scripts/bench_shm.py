@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import pathlib
-import signal
 import subprocess
 import tempfile
 import time
 
 import numpy as np
 
-from scripts.bench import PA, raw_onnxruntime, start_server
+from scripts.bench import PA, raw_onnxruntime, start_server, stop_server
 from tests.support import example_models
 from tests.support.net import free_port
 from tests.support.paths import ROOT
@@ -77,11 +75,7 @@ def main() -> int:
                         shown = f"{got[0]:9,.0f}/s" if isinstance(got, tuple) else f"failed: {got}"
                         print(f"  {protocol:<4} c={conc:<3} {'shm ' if shm else 'body'} {shown}", flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_server(proc)
         time.sleep(5)  # let Ray's processes finish exiting
         raw = raw_onnxruntime(model_dir / "1" / "model.onnx", {"INPUT0": np.ones(elements, np.float32)}, batch=1)
     print(f"\nraw onnxruntime in process, {args.mib:g} MiB Identity: {raw:,.0f} infer/s")

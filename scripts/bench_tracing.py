@@ -14,53 +14,18 @@ onnxruntime.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from scripts.bench import raw_onnxruntime
+from scripts.bench import raw_onnxruntime, start_server, stop_server
 from tests.support import example_models
 from tests.support.net import free_port
 from tests.support.otlp import OtlpReceiver
-
-
-def start_local(
-    repo: pathlib.Path, http: int, grpc: int, extra: list[str], log: pathlib.Path
-) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "serve_app", "--local", "--model-repository", str(repo), "--host", "127.0.0.1",
-           "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(free_port()), *extra]  # fmt: skip
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except Exception:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server did not become ready")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def drive(protocol: str, url: str, requests: int) -> tuple[float, float, float]:
@@ -96,13 +61,14 @@ def main() -> int:
         traced = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
                   "--trace-config", f"opentelemetry,url={receiver.url}"]  # fmt: skip
         for label, extra in (("tracing off", []), ("every request traced", traced)):
-            http, grpc = free_port(), free_port()
-            proc = start_local(repo, http, grpc, extra, pathlib.Path(tmp) / "server.log")
+            ports = (free_port(), free_port(), free_port())
+            log = pathlib.Path(tmp) / "server.log"
+            proc = start_server(repo, ports, log, ["--local", *extra], ready=b"ready in")
             try:
-                url = f"127.0.0.1:{http if args.protocol == 'http' else grpc}"
+                url = f"127.0.0.1:{ports[0] if args.protocol == 'http' else ports[1]}"
                 rows.append((label, drive(args.protocol, url, args.requests)))
             finally:
-                stop(proc)
+                stop_server(proc)
             print(f"  {label}: {rows[-1][1][0]:,.0f} requests/s", flush=True)
         spans = len(receiver.spans)
         x = np.ones((1, 16), np.float32)

@@ -131,7 +131,7 @@ def start_request(export: ExportConfig, events: bool, parent: Context | None, st
 
 
 def current() -> ActiveSpan | None:
-    """The span of the request this task serves, or None (not traced: the usual case, one lookup)."""
+    """The span of the request being served here, or None (not traced: the usual case, one lookup)."""
     return _current.get()
 
 
