@@ -36,7 +36,7 @@ def perf_analyzer(
     """(infer/s, p50 ms) of one bounded run, or an error text."""
     cmd = [str(PA), "-m", MODEL, "-u", url, "-i", protocol, "--shape", f"INPUT0:{elements}",
            "--concurrency-range", f"{conc}:{conc}", "--measurement-interval", str(interval_ms),
-           "--max-trials", "5", "--stability-percentage", "25", "-f", str(out)]  # fmt: skip
+           "--max-trials", "5", "--stability-percentage", "50", "-f", str(out)]  # fmt: skip
     if shm:
         cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(elements * 4)]
     out.unlink(missing_ok=True)
