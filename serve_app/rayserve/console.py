@@ -49,6 +49,26 @@ def prepare_environment(settings: ServerSettings, starts_ray: bool) -> None:
 def quiet_driver(settings: ServerSettings) -> None:
     """This process's Serve logger (``Started Serve``, ``Application ... is ready``) at Ray's level."""
     logging.getLogger("ray.serve").setLevel(ray_log_level(settings))
+    quiet_router(settings)
+
+
+class RetriedProbeFilter(logging.Filter):
+    """Drops Serve's router warning that a replica's queue-length probe missed its deadline (0.1 s).
+
+    The router then probes again with a longer deadline (up to 1 s) and routes the request all the same,
+    so the warning says nothing a user can act on; on a busy machine (a server loading its models) every
+    process holding a Serve handle prints it.  ``ray_logs`` keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to get queue length from ")
+
+
+def quiet_router(settings: ServerSettings) -> None:
+    """In a process that calls Serve handles (the driver, the model manager, the gateways): no retried-probe
+    warnings unless ``ray_logs``."""
+    serve_logger = logging.getLogger("ray.serve")
+    if not settings.ray_logs and not any(isinstance(f, RetriedProbeFilter) for f in serve_logger.filters):
+        serve_logger.addFilter(RetriedProbeFilter())
 
 
 def models_logger() -> logging.Logger:

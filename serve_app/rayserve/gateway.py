@@ -28,6 +28,7 @@ from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.keys import ModelKey
 from serve_app.logs import LogSettings, python_logging
 from serve_app.placement import KIND_CPU, HostPool
+from serve_app.rayserve.console import quiet_router
 from serve_app.rayserve.diagnostics import ManagerDiagnostics
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
@@ -54,6 +55,7 @@ class Gateway:
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:  # type: ignore[misc]
         self.settings = settings
         python_logging.install(settings.log_settings())
+        quiet_router(settings)
         self.registry = ModelRegistry()
         self._manager = manager
         self.link = ServiceLink()  # Python models' BLS calls: from instances held here, and from other processes

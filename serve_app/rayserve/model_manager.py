@@ -32,7 +32,7 @@ from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.logs import LogSettings
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
-from serve_app.rayserve.console import failed_line, loaded_line, models_logger, unloaded_line
+from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
 from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
 from serve_app.rayserve.host_pools import HostPools
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
@@ -63,6 +63,7 @@ class ModelManager:
         self, settings: ServerSettings, token: bytes, router: Any, gpus: ClusterGpus | None = None
     ) -> None:
         self.settings = settings
+        quiet_router(settings)
         self._token = token
         self._router = router
         self._repo = ModelRepository(settings.model_repository)

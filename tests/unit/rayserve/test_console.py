@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
 from serve_app.rayserve.console import (
+    RetriedProbeFilter,
     failed_line,
     loaded_line,
     prepare_environment,
+    quiet_router,
     serve_logging,
     unloaded_line,
 )
@@ -51,3 +54,20 @@ def test_ray_logs_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.delenv(name, raising=False)
     prepare_environment(ServerSettings("/r", ray_logs=True), starts_ray=True)
     assert "RAY_DISABLE_WORKER_LOG_PREFIX" not in os.environ and "RAY_AUTH_MODE" not in os.environ
+
+
+def test_serves_retried_probe_warning_is_dropped_unless_ray_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    serve_logger = logging.getLogger("ray.serve")
+    monkeypatch.setattr(serve_logger, "filters", [])
+    quiet_router(ServerSettings("/r", ray_logs=True))
+    assert serve_logger.filters == []
+    quiet_router(ServerSettings("/r"))
+    quiet_router(ServerSettings("/r"))  # once per process
+    assert [type(f) for f in serve_logger.filters] == [RetriedProbeFilter]
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("ray.serve", logging.WARNING, __file__, 1, msg, None, None)
+
+    probe = "Failed to get queue length from Replica(id='r1', deployment='m.v1.g0', app='a') within 0.1s. ..."
+    assert not serve_logger.filter(record(probe))
+    assert serve_logger.filter(record("Deployment 'm' is unhealthy"))
