@@ -65,15 +65,7 @@ def start_trace(service: InferenceService, model: str, context: Any) -> spans.Ac
 
 async def run_traced(trace: spans.ActiveSpan, call: Awaitable[T]) -> T:
     """Await ``call`` as the traced request's work, then close its span with Triton's send events."""
-    token = spans.activate(trace)
-    try:
-        result = await call
-    except BaseException:
-        trace.end()
-        raise
-    finally:
-        spans.deactivate(token)
-    trace.event("INFER_RESPONSE_COMPLETE")
+    result = await spans.run_request(trace, call)
     trace.event("GRPC_SEND_START")
     trace.end("GRPC_SEND_END")
     return result

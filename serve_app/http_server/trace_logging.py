@@ -126,15 +126,7 @@ def traced_infer(service: InferenceService, infer: Handler) -> Handler:
         if trace is None:
             return await infer(request)
         trace.event("HTTP_RECV_START", start)
-        token = spans.activate(trace)
-        try:
-            response = await infer(request)
-        except BaseException:
-            trace.end()
-            raise
-        finally:
-            spans.deactivate(token)
-        trace.event("INFER_RESPONSE_COMPLETE")
+        response = await spans.run_request(trace, infer(request))
         trace.event("HTTP_SEND_START")
         response.background = BackgroundTask(trace.end, "HTTP_SEND_END")  # once the response is written
         return response

@@ -21,7 +21,8 @@ import contextvars
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from typing import TypeVar
 
 from opentelemetry import trace as otel
 from opentelemetry.context import Context
@@ -33,6 +34,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from serve_app.tracing import ExportConfig, TraceLink
+
+T = TypeVar("T")
 
 SERVICE_NAME = "triton-inference-server"  # Triton's resource service.name (a resource setting may change it)
 ROOT_SPAN = "InferRequest"
@@ -168,3 +171,18 @@ def record_compute(links: tuple[TraceLink, ...], start_ns: int, timings: Mapping
             ):
                 span.add_event(name, timestamp=ns)
         span.end(end_time=end)
+
+
+async def run_request(trace: ActiveSpan, call: Awaitable[T]) -> T:
+    """Await a traced request's work with ``trace`` current (its model spans become children): a failure
+    ends the span, a success marks ``INFER_RESPONSE_COMPLETE`` and leaves the send events to the front end."""
+    token = activate(trace)
+    try:
+        result = await call
+    except BaseException:
+        trace.end()
+        raise
+    finally:
+        deactivate(token)
+    trace.event("INFER_RESPONSE_COMPLETE")
+    return result
