@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from serve_app.grpc_server import start_grpc_server
+from serve_app.grpc_server import GrpcServer, start_grpc_server
 from serve_app.http_server import build_http_app, build_metrics_app
 from serve_app.http_server.restricted import restrict_http_app
 from serve_app.http_server.server import reuse_port_socket, serve_http
@@ -21,7 +21,6 @@ from serve_app.service import InferenceService
 from serve_app.settings import ServerSettings
 
 if TYPE_CHECKING:
-    import grpc
     import uvicorn
 
 
@@ -31,7 +30,7 @@ class FrontEnds:
     http_task: asyncio.Task[None]
     metrics: uvicorn.Server
     metrics_task: asyncio.Task[None]
-    grpc: grpc.aio.Server
+    grpc: GrpcServer
 
     def check(self) -> None:
         """Raise if a server stopped by itself."""
@@ -56,11 +55,14 @@ async def start_front_ends(service: InferenceService, settings: ServerSettings) 
     limits = s.limits()
     http_sock = _bind(s.host, s.http_port, "HTTP")
     metrics_sock = _bind(s.host, s.metrics_port, "metrics")
+    grpc_sock = _bind(s.host, s.grpc_port, "gRPC")
     http_app = restrict_http_app(build_http_app(service, limits=limits), http_apis)
     http, http_task = serve_http(http_app, http_sock, tls)
     metrics, metrics_task = serve_http(build_metrics_app(service), metrics_sock)
     try:
-        server = await start_grpc_server(service, s.host, s.grpc_port, tls=tls, restricted=grpc_apis, limits=limits)
+        server = await start_grpc_server(
+            service, s.host, s.grpc_port, tls=tls, restricted=grpc_apis, limits=limits, sock=grpc_sock
+        )
     except BaseException:
         http.should_exit = metrics.should_exit = True
         raise

@@ -1,6 +1,6 @@
-"""KServe v2 over gRPC (``inference.GRPCInferenceService``).  The only package running grpc servers."""
+"""KServe v2 over gRPC (``inference.GRPCInferenceService``), served over HTTP/2 on the event loop."""
 
-from serve_app.grpc_server.server import start_grpc_server
-from serve_app.grpc_server.servicer import InferenceServicer, add_inference_service
+from serve_app.grpc_server.server import GrpcServer, start_grpc_server
+from serve_app.grpc_server.servicer import InferenceServicer, method_table
 
-__all__ = ["InferenceServicer", "add_inference_service", "start_grpc_server"]
+__all__ = ["GrpcServer", "InferenceServicer", "method_table", "start_grpc_server"]

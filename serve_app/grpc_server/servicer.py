@@ -1,11 +1,10 @@
 """GRPCInferenceService over :class:`InferenceService`.
 
-The service is registered by hand under Triton's full name
-``inference.GRPCInferenceService`` because our proto package differs from
-Triton's (so both can load in one process).  Every handler is wrapped once, in
-the table, by the error mapping: no method can forget it.  Request bytes that
-are not a valid message are answered INVALID_ARGUMENT by the same wrapper (grpc
-itself would answer INTERNAL), in-band on a stream.
+The service is served under Triton's full name ``inference.GRPCInferenceService``
+(our proto package differs from Triton's, so both can load in one process).
+Every handler is wrapped once, in the table: an error of any handler becomes the
+call's status by one mapping.  Request bytes that are not a valid message are
+answered INVALID_ARGUMENT (grpc itself would answer INTERNAL), in-band on a stream.
 """
 
 from __future__ import annotations
@@ -15,16 +14,16 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
-import grpc
 from google.protobuf.message import DecodeError
 
 from serve_app.errors import InvalidArgument, ServeError, Unsupported, as_serve_error
 from serve_app.grpc_server import trace_logging
+from serve_app.grpc_server.calls import CallContext
+from serve_app.grpc_server.http2 import Method
 from serve_app.grpc_server.shared_memory import SharedMemoryRpcs
 from serve_app.inference.options import EMPTY_FINAL
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import grpc_codec, repository_codec, stats_codec
-from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.scheduling.decoupled_scheduler import DECOUPLED_UNARY
 from serve_app.service import InferenceService
@@ -33,7 +32,7 @@ SERVICE_NAME = "inference.GRPCInferenceService"
 FINAL_RESPONSE = "triton_final_response"  # the response parameter that marks a request's last response
 MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the stream waits beyond that
 
-UnaryHandler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+UnaryHandler = Callable[[Any, CallContext], Awaitable[Any]]
 
 
 class MalformedRequest:
@@ -269,36 +268,23 @@ _METHODS: dict[str, tuple[Any, Any, bool]] = {
 
 
 def _unary(fn: UnaryHandler | None, name: str) -> UnaryHandler:
-    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            if isinstance(request, MalformedRequest):
-                raise request.error
-            if fn is None:
-                raise Unsupported(f"{name} is not supported by this server")
-            return await fn(request, context)
-        except ServeError as exc:
-            await context.abort(grpc_status(exc.code), exc.message)
-        except Exception as exc:
-            err = as_serve_error(exc)
-            await context.abort(grpc_status(err.code), err.message)
+    async def handler(request: Any, context: CallContext) -> Any:
+        if isinstance(request, MalformedRequest):
+            raise request.error
+        if fn is None:
+            raise Unsupported(f"{name} is not supported by this server")
+        return await fn(request, context)
 
     return handler
 
 
-def add_inference_service(servicer: InferenceServicer, server: Any) -> None:
-    """Register ``servicer`` on a grpc (or grpc.aio) server as Triton's service."""
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+def method_table(servicer: InferenceServicer) -> dict[bytes, Method]:
+    """Triton's service, by the ``:path`` of each RPC: every handler gets the same parsing and error
+    mapping here (errors become the status of the call, by ``protocol/status.py``)."""
+    table: dict[bytes, Method] = {}
     for name, (req_t, resp_t, streaming) in _METHODS.items():
         fn = getattr(servicer, name, None)
-        parse = _deserializer(req_t)
-        if streaming:
-            # InferenceServicer defines every streaming method, so ``fn`` is a bound method here (getattr's
-            # default None is for the unary ones); the cast only tells mypy, it passes ``fn`` on unchanged.
-            handlers[name] = grpc.stream_stream_rpc_method_handler(
-                cast(Callable[..., Any], fn), request_deserializer=parse, response_serializer=resp_t.SerializeToString
-            )
-        else:
-            handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary(fn, name), request_deserializer=parse, response_serializer=resp_t.SerializeToString
-            )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+        handler = cast(Callable[..., Any], fn) if streaming else _unary(fn, name)
+        path = f"/{SERVICE_NAME}/{name}".encode()
+        table[path] = Method(name, _deserializer(req_t), resp_t.SerializeToString, handler, streaming)
+    return table

@@ -4,7 +4,8 @@
   beyond resolving links; imported by the repository and the runtime).
 - ``tls``: optional TLS for the HTTP (uvicorn) and gRPC front ends.
 - ``restricted``: Triton's restricted API categories (``--http-restricted-api``,
-  ``--grpc-restricted-protocol``): an ASGI wrapper for HTTP and a grpc.aio interceptor.
+  ``--grpc-restricted-protocol``): an ASGI wrapper for HTTP and a check of each
+  gRPC call's headers.
 
 Import the submodules: this package imports nothing so that the core does not pull in grpc or
 Starlette through ``paths``.
