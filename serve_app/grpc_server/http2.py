@@ -1,10 +1,14 @@
-"""gRPC over one HTTP/2 connection, on the event loop, with the ``h2`` state machine.
+"""gRPC over one HTTP/2 connection, on the event loop.
 
-Why not ``grpc.aio``: its server hands every call from grpc-core's threads to the event loop and back, and
-that costs more CPU per call than the whole of our request path (measured in docs/design/hosting.md).  A
-connection here is an ``asyncio.Protocol``: ``h2`` parses the frames and keeps the flow-control and
-stream states; each call runs as one task; a response that fits the peer's window is written without
-awaiting anything.
+Why not ``grpc.aio``: its server hands every call from grpc-core's threads to the event loop and back,
+and that cost more CPU per call than the whole of our request path (docs/design/hosting.md).  A
+connection here is an ``asyncio.Protocol`` over the frame codec of ``frames.py``: each call runs as one
+task, and a response that fits the peer's flow-control window is written in one ``write`` (headers,
+message and trailers together) without awaiting anything.
+
+The server side of HTTP/2 that gRPC clients use: streams opened by the client with HEADERS (and
+CONTINUATION), DATA with flow control both ways, RST_STREAM, SETTINGS, PING, GOAWAY.  A peer that breaks
+the protocol gets GOAWAY and the connection closes; its calls are cancelled.
 """
 
 from __future__ import annotations
@@ -15,14 +19,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-from h2.stream import StreamState
 
 from serve_app.errors import ServeError, as_serve_error
+from serve_app.grpc_server import frames as f
 from serve_app.grpc_server.calls import (
     CallContext,
     GrpcAbort,
@@ -39,9 +38,11 @@ UnaryHandler = Callable[[Any, CallContext], Awaitable[Any]]
 StreamHandler = Callable[[AsyncIterator[Any], CallContext], AsyncIterator[Any]]
 
 MAX_CONCURRENT_STREAMS = 4096
+MAX_HEADER_LIST_BYTES = 65536
 WINDOW_BYTES = 1 << 24  # what a peer may send ahead, per stream and per connection: we read every message whole
-_RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-_OK_TRAILERS = [(b"grpc-status", b"0")]
+MAX_DETAILS_BYTES = 8192  # a longer grpc-message would pass clients' metadata limits
+_RESPONSE_HEADERS = f.literal_headers([(b":status", b"200"), (b"content-type", b"application/grpc")])
+_OK_TRAILERS = f.literal_headers([(b"grpc-status", b"0")])
 _END = object()
 
 
@@ -66,13 +67,21 @@ class ServerState:
 
 
 class _Call:
-    __slots__ = ("context", "deadline", "id", "messages", "method", "queue", "reader", "task", "timed_out")
+    __slots__ = (
+        "context", "deadline", "id", "messages", "method", "queue", "reader", "received", "remote_closed",
+        "send_window", "task", "timed_out",
+    )  # fmt: skip
 
-    def __init__(self, stream_id: int, method: Method, context: CallContext, reader: MessageReader) -> None:
+    def __init__(
+        self, stream_id: int, method: Method, context: CallContext, reader: MessageReader, send_window: int
+    ) -> None:
         self.id = stream_id
         self.method = method
         self.context = context
         self.reader = reader
+        self.send_window = send_window
+        self.received = 0  # bytes taken from our window on this stream since we last opened it again
+        self.remote_closed = False
         self.messages: list[bytes] = []
         self.queue: asyncio.Queue[Any] | None = None
         self.task: asyncio.Task[None] | None = None
@@ -84,34 +93,34 @@ class GrpcConnection(asyncio.Protocol):
     def __init__(self, state: ServerState, connections: set[GrpcConnection]) -> None:
         self.state = state
         self.connections = connections
-        config = h2.config.H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self.h2 = h2.connection.H2Connection(config=config)
-        self.h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536,
-            },
-        )
-        self.calls: dict[int, _Call] = {}
-        self.window_waiters: dict[int, asyncio.Future[None]] = {}
-        self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.calls: dict[int, _Call] = {}
         self.draining = False
+        self._buffer = bytearray()
+        self._preface = False
+        self._out = bytearray()
+        self._decoder = f.HeaderDecoder(MAX_HEADER_LIST_BYTES)
+        self._continuation: tuple[int, int, bytearray] | None = None  # stream, flags, header block so far
+        self._last_stream = 0
+        self._peer_window = f.DEFAULT_WINDOW  # the peer's INITIAL_WINDOW_SIZE, for new streams
+        self._peer_frame = f.DEFAULT_FRAME_SIZE
+        self._send_window = f.DEFAULT_WINDOW  # the connection's
+        self._received = 0  # bytes taken from our connection window since we last opened it again
+        self._waiters: dict[int, asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------------------------ transport events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
         self.connections.add(self)
-        self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(WINDOW_BYTES - 65535)
+        settings = {
+            f.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+            f.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
+            f.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_BYTES,
+            f.ENABLE_PUSH: 0,
+        }
+        self._out += f.settings_frame(settings) + f.window_update(0, WINDOW_BYTES - f.DEFAULT_WINDOW)
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -120,63 +129,193 @@ class GrpcConnection(asyncio.Protocol):
         for call in list(self.calls.values()):
             self._cancel(call)
         self.calls.clear()
-        for waiter in self.window_waiters.values():
-            if not waiter.done():
-                waiter.set_result(None)
-        self.window_waiters.clear()
+        self._wake_all()
 
     def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
         try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError:
+            if not self._preface:
+                if len(buffer) < len(f.PREFACE):
+                    if not f.PREFACE.startswith(bytes(buffer)):
+                        raise f.ProtocolError("not an HTTP/2 connection preface")
+                    return
+                if buffer[: len(f.PREFACE)] != f.PREFACE:
+                    raise f.ProtocolError("not an HTTP/2 connection preface")
+                del buffer[: len(f.PREFACE)]
+                self._preface = True
+            pos, end = 0, len(buffer)
+            while end - pos >= f.HEADER_BYTES:
+                length = int.from_bytes(buffer[pos : pos + 3], "big")
+                if length > f.DEFAULT_FRAME_SIZE:
+                    raise f.ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE", f.FRAME_SIZE_ERROR)
+                start = pos + f.HEADER_BYTES
+                if end - start < length:
+                    break
+                kind, flags = buffer[pos + 3], buffer[pos + 4]
+                stream_id = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                payload = bytes(buffer[start : start + length])
+                pos = start + length
+                self._frame(kind, flags, stream_id, payload)
+            del buffer[:pos]
+        except f.ProtocolError as exc:
+            self._out += f.goaway(self._last_stream, exc.code, str(exc).encode()[:256])
             self._flush()
             if self.transport is not None:
                 self.transport.close()
             return
-        for event in events:
-            kind = type(event)
-            stream_id: int = getattr(event, "stream_id", 0)
-            if kind is h2.events.DataReceived:
-                self._data(event)
-            elif kind is h2.events.RequestReceived:
-                self._request(event)
-            elif kind is h2.events.StreamEnded:
-                self._ended(stream_id)
-            elif kind is h2.events.WindowUpdated:
-                self._window_opened(stream_id)
-            elif kind is h2.events.StreamReset:
-                call = self.calls.pop(stream_id, None)
-                if call is not None:
-                    self._cancel(call)
-                self._window_opened(stream_id)
-            elif kind is h2.events.RemoteSettingsChanged:
-                self._window_opened(0)
-            elif kind is h2.events.ConnectionTerminated and self.transport is not None:
-                self._flush()
-                self.transport.close()
         self._flush()
 
     def drain(self) -> None:
-        """Refuse new calls (the server stops) while calls under way finish.
-
-        Not a GOAWAY frame: ``h2`` closes its side of the connection when it sends one, and the calls under
-        way could not answer; a new call gets UNAVAILABLE instead, which clients retry elsewhere."""
+        """Refuse new calls (the server stops) while calls under way finish: UNAVAILABLE, which clients
+        retry elsewhere."""
         self.draining = True
 
     def close(self) -> None:
         if self.transport is not None:
-            try:
-                self.h2.close_connection()
-            except h2.exceptions.ProtocolError:
-                pass
+            self._out += f.goaway(self._last_stream, f.NO_ERROR)
             self._flush()
             self.transport.close()
 
+    # ------------------------------------------------------------------------------------ frames
+
+    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if self._continuation is not None and kind != f.CONTINUATION:
+            raise f.ProtocolError("a header block was interrupted")
+        if kind == f.DATA:
+            self._data(flags, stream_id, payload)
+        elif kind == f.HEADERS:
+            if stream_id == 0:
+                raise f.ProtocolError("HEADERS on stream 0")
+            block = f.strip_padding(flags, payload)
+            if flags & f.PRIORITY_FLAG:
+                block = block[5:]
+            if flags & f.END_HEADERS:
+                self._headers(stream_id, flags, block)
+            else:
+                self._continuation = (stream_id, flags, bytearray(block))
+        elif kind == f.CONTINUATION:
+            if self._continuation is None or self._continuation[0] != stream_id:
+                raise f.ProtocolError("CONTINUATION without its HEADERS")
+            block_so_far = self._continuation[2]
+            block_so_far += payload
+            if len(block_so_far) > 2 * MAX_HEADER_LIST_BYTES:
+                raise f.ProtocolError("header block too large", f.ENHANCE_YOUR_CALM)
+            if flags & f.END_HEADERS:
+                headers_flags = self._continuation[1]
+                self._continuation = None
+                self._headers(stream_id, headers_flags, bytes(block_so_far))
+        elif kind == f.WINDOW_UPDATE:
+            self._window_update(stream_id, payload)
+        elif kind == f.RST_STREAM:
+            if len(payload) != 4 or stream_id == 0:
+                raise f.ProtocolError("malformed RST_STREAM", f.FRAME_SIZE_ERROR)
+            call = self.calls.pop(stream_id, None)
+            if call is not None:
+                self._cancel(call)
+                self._wake(stream_id)
+        elif kind == f.SETTINGS:
+            if stream_id != 0:
+                raise f.ProtocolError("SETTINGS on a stream")
+            if not flags & f.ACK:
+                self._settings(f.parse_settings(payload))
+        elif kind == f.PING:
+            if len(payload) != 8 or stream_id != 0:
+                raise f.ProtocolError("malformed PING", f.FRAME_SIZE_ERROR)
+            if not flags & f.ACK:
+                self._out += f.frame(f.PING, f.ACK, 0, payload)
+        elif kind == f.GOAWAY:
+            self.draining = True
+        elif kind == f.PUSH_PROMISE:
+            raise f.ProtocolError("PUSH_PROMISE from a client")
+        # PRIORITY and frame types we do not know are ignored, as RFC 9113 says.
+
+    def _settings(self, values: dict[int, int]) -> None:
+        for key, value in values.items():
+            if key == f.INITIAL_WINDOW_SIZE:
+                if value > f.MAX_WINDOW:
+                    raise f.ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE too large", f.FLOW_CONTROL_ERROR)
+                delta, self._peer_window = value - self._peer_window, value
+                for call in self.calls.values():
+                    call.send_window += delta
+            elif key == f.MAX_FRAME_SIZE:
+                if not f.DEFAULT_FRAME_SIZE <= value <= (1 << 24) - 1:
+                    raise f.ProtocolError("SETTINGS_MAX_FRAME_SIZE out of range")
+                self._peer_frame = value
+        self._out += f.frame(f.SETTINGS, f.ACK, 0)
+        self._wake_all()
+
+    def _window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise f.ProtocolError("malformed WINDOW_UPDATE", f.FRAME_SIZE_ERROR)
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if stream_id == 0:
+            if increment == 0:
+                raise f.ProtocolError("WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > f.MAX_WINDOW:
+                raise f.ProtocolError("connection window above 2^31-1", f.FLOW_CONTROL_ERROR)
+            self._wake_all()
+            return
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.send_window += increment
+            self._wake(stream_id)
+
+    def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise f.ProtocolError("DATA on stream 0")
+        self._received += len(payload)
+        if self._received >= WINDOW_BYTES // 2:
+            self._out += f.window_update(0, self._received)
+            self._received = 0
+        call = self.calls.get(stream_id)
+        if call is None or call.remote_closed:
+            if stream_id > self._last_stream:
+                raise f.ProtocolError("DATA on a stream that was never opened")
+            return  # a call that ended (or was refused) while the client still sent
+        data = f.strip_padding(flags, payload)
+        end = bool(flags & f.END_STREAM)
+        call.received += len(payload)
+        if not end and call.received >= WINDOW_BYTES // 2:
+            self._out += f.window_update(stream_id, call.received)
+            call.received = 0
+        if data:
+            try:
+                messages = call.reader.feed(data)
+            except ServeError as exc:
+                self._fail(call, grpc_status(exc.code), exc.message)
+                return
+            if call.queue is None:
+                call.messages.extend(messages)
+            else:
+                for message in messages:
+                    call.queue.put_nowait(call.method.parse(message))
+        if end:
+            self._ended(call)
+
+    def _headers(self, stream_id: int, flags: int, block: bytes) -> None:
+        headers = self._decoder.decode(block)
+        call = self.calls.get(stream_id)
+        if call is not None:  # trailers from the client: the end of its side
+            if not flags & f.END_STREAM:
+                raise f.ProtocolError("a second header block without END_STREAM")
+            call.remote_closed = True
+            self._ended(call)
+            return
+        if stream_id <= self._last_stream or not stream_id % 2:
+            if stream_id <= self._last_stream:
+                return  # a stream we already closed: headers after its end are ignored
+            raise f.ProtocolError("a client stream id must be odd")
+        self._last_stream = stream_id
+        if len(self.calls) >= MAX_CONCURRENT_STREAMS:
+            self._out += f.rst_stream(stream_id, f.REFUSED_STREAM)
+            return
+        self._request(stream_id, headers, bool(flags & f.END_STREAM))
+
     # ------------------------------------------------------------------------------------ incoming calls
 
-    def _request(self, event: Any) -> None:
-        stream_id: int = event.stream_id
-        headers: list[tuple[bytes, bytes]] = event.headers
+    def _request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
         path = b""
         timeout: bytes | None = None
         encoding: bytes | None = None
@@ -189,56 +328,36 @@ class GrpcConnection(asyncio.Protocol):
                 encoding = value
         method = self.state.methods.get(path)
         if self.draining:
-            self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            self._trailers_only(stream_id, end, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
             return
         if method is None:
-            self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            self._trailers_only(stream_id, end, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         metadata = parse_metadata(headers)
         if self.state.restricted is not None:
             refused = self.state.restricted.refusal(grpc_category(path.decode("latin-1")), _lookup(metadata))
             if refused is not None:
                 message = f"This protocol is restricted, expecting header '{refused.header}'"
-                self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, message)
+                self._trailers_only(stream_id, end, grpc.StatusCode.UNAVAILABLE, message)
                 return
         reader = MessageReader(self.state.max_message_bytes, encoding)
-        call = _Call(stream_id, method, CallContext(method.name, metadata), reader)
+        call = _Call(stream_id, method, CallContext(method.name, metadata), reader, self._peer_window)
         if timeout is not None:
             try:
                 seconds = parse_timeout(timeout)
             except ServeError as exc:
-                self._trailers_only(stream_id, grpc_status(exc.code), exc.message)
+                self._trailers_only(stream_id, end, grpc_status(exc.code), exc.message)
                 return
             call.deadline = self.loop.call_later(seconds, self._expire, call)
         self.calls[stream_id] = call
         if method.streaming:
             call.queue = asyncio.Queue()
             call.task = self.loop.create_task(self._run_stream(call))
+        if end:
+            self._ended(call)
 
-    def _data(self, event: Any) -> None:
-        stream_id: int = event.stream_id
-        try:
-            self.h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
-        except h2.exceptions.StreamClosedError:
-            pass
-        call = self.calls.get(stream_id)
-        if call is None:
-            return
-        try:
-            messages = call.reader.feed(event.data)
-        except ServeError as exc:
-            self._fail(call, grpc_status(exc.code), exc.message)
-            return
-        if call.queue is None:
-            call.messages.extend(messages)
-        else:
-            for message in messages:
-                call.queue.put_nowait(call.method.parse(message))
-
-    def _ended(self, stream_id: int) -> None:
-        call = self.calls.get(stream_id)
-        if call is None:
-            return
+    def _ended(self, call: _Call) -> None:
+        call.remote_closed = True
         if call.queue is not None:
             call.queue.put_nowait(_END)
             return
@@ -253,51 +372,61 @@ class GrpcConnection(asyncio.Protocol):
             call.task.cancel()
         else:
             self._fail(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self._flush()
 
     # ------------------------------------------------------------------------------------ running calls
 
     async def _run_unary(self, call: _Call, request: Any) -> None:
-        handler: UnaryHandler = call.method.handler  # type: ignore[assignment]
+        handler = cast(UnaryHandler, call.method.handler)
         try:
             response = await handler(request, call.context)
             payload = frame_message(call.method.serialize(response))
         except asyncio.CancelledError:
             if call.timed_out:
                 self._fail(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                self._flush()
             return
         except GrpcAbort as exc:
             self._fail(call, exc.code, exc.details)
+            self._flush()
             return
         except Exception as exc:
             err = as_serve_error(exc)
             self._fail(call, grpc_status(err.code), err.message)
+            self._flush()
             return
         stream_id = call.id
         if self.transport is None or self.calls.get(stream_id) is not call:
             return
-        try:
-            self.h2.send_headers(stream_id, _RESPONSE_HEADERS)
-            if len(payload) <= min(self.h2.local_flow_control_window(stream_id), self.h2.max_outbound_frame_size):
-                self.h2.send_data(stream_id, payload)
-            else:
+        size = len(payload)
+        if size <= call.send_window and size <= self._send_window and size <= self._peer_frame:
+            call.send_window -= size
+            self._send_window -= size
+            self._out += (
+                f.frame(f.HEADERS, f.END_HEADERS, stream_id, _RESPONSE_HEADERS)
+                + f.frame(f.DATA, 0, stream_id, payload)
+                + f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, _OK_TRAILERS)
+            )
+        else:
+            self._out += f.frame(f.HEADERS, f.END_HEADERS, stream_id, _RESPONSE_HEADERS)
+            try:
                 await self._send_data(call, payload)
-            self.h2.send_headers(stream_id, _OK_TRAILERS, end_stream=True)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, ConnectionError):
-            pass
+            except ConnectionError:
+                return
+            self._out += f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, _OK_TRAILERS)
         self._done(call)
         self._flush()
 
     async def _run_stream(self, call: _Call) -> None:
         assert call.queue is not None
-        queue = call.queue
-        handler: StreamHandler = call.method.handler  # type: ignore[assignment]
+        handler = cast(StreamHandler, call.method.handler)
         started = False
         try:
-            async for response in handler(_requests(queue), call.context):
+            async for response in handler(_requests(call.queue), call.context):
                 if self.calls.get(call.id) is not call:
                     return
                 if not started:
-                    self.h2.send_headers(call.id, _RESPONSE_HEADERS)
+                    self._out += f.frame(f.HEADERS, f.END_HEADERS, call.id, _RESPONSE_HEADERS)
                     started = True
                 await self._send_data(call, frame_message(call.method.serialize(response)))
                 self._flush()
@@ -308,48 +437,47 @@ class GrpcConnection(asyncio.Protocol):
             code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
         except GrpcAbort as exc:
             code, details = exc.code, exc.details
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, ConnectionError):
-            self._done(call)
+        except ConnectionError:
             return
         except Exception as exc:
             err = as_serve_error(exc)
             code, details = grpc_status(err.code), err.message
         if not started:
             self._fail(call, code, details)
-            return
-        try:
-            self.h2.send_headers(call.id, status_trailers(code, details), end_stream=True)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            pass
-        self._done(call)
+        elif self.calls.get(call.id) is call:
+            self._out += f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, call.id, _trailers(code, details))
+            self._done(call)
         self._flush()
 
     async def _send_data(self, call: _Call, payload: bytes) -> None:
-        """Write ``payload`` as the peer's flow-control window allows, waiting for it to open."""
+        """Write ``payload`` as the peer's flow-control windows allow, waiting for them to open
+        (ConnectionError if the call or the connection ends meanwhile)."""
         view = memoryview(payload)
         stream_id = call.id
         while view:
-            window = min(self.h2.local_flow_control_window(stream_id), self.h2.max_outbound_frame_size)
-            if window <= 0:
+            room = min(call.send_window, self._send_window, self._peer_frame, len(view))
+            if room <= 0:
                 self._flush()
-                waiter = self.window_waiters.get(stream_id)
+                waiter = self._waiters.get(stream_id)
                 if waiter is None:
-                    waiter = self.window_waiters[stream_id] = self.loop.create_future()
+                    waiter = self._waiters[stream_id] = self.loop.create_future()
                 await waiter
                 if self.transport is None or self.calls.get(stream_id) is not call:
                     raise ConnectionError("the call ended while its response was sent")
                 continue
-            self.h2.send_data(stream_id, view[:window].tobytes())
-            view = view[window:]
+            self._out += f.frame(f.DATA, 0, stream_id, bytes(view[:room]))
+            call.send_window -= room
+            self._send_window -= room
+            view = view[room:]
 
-    def _window_opened(self, stream_id: int) -> None:
-        if stream_id == 0:
-            waiters = list(self.window_waiters.values())
-            self.window_waiters.clear()
-        else:
-            waiter = self.window_waiters.pop(stream_id, None)
-            waiters = [waiter] if waiter is not None else []
-        for waiter in waiters:
+    def _wake(self, stream_id: int) -> None:
+        waiter = self._waiters.pop(stream_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_all(self) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -359,34 +487,23 @@ class GrpcConnection(asyncio.Protocol):
         """End ``call`` with a status and no messages (gRPC's trailers-only response)."""
         if self.calls.get(call.id) is not call:
             return
-        self._done(call)
+        self._done(call, reset=False)
         if call.task is not None and not call.task.done() and call.task is not asyncio.current_task():
             call.task.cancel()
-        self._trailers_only(call.id, code, details)
+        self._trailers_only(call.id, call.remote_closed, code, details)
 
-    def _trailers_only(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
-        try:
-            self.h2.send_headers(stream_id, _RESPONSE_HEADERS + status_trailers(code, details), end_stream=True)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            return
-        self._reset_if_open(stream_id)
-        self._flush()
+    def _trailers_only(self, stream_id: int, remote_closed: bool, code: grpc.StatusCode, details: str) -> None:
+        self._out += f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, _status_only(code, details))
+        if not remote_closed:  # the client still sends: it may stop now
+            self._out += f.rst_stream(stream_id, f.NO_ERROR)
 
-    def _done(self, call: _Call) -> None:
+    def _done(self, call: _Call, *, reset: bool = True) -> None:
         if self.calls.get(call.id) is call:
             del self.calls[call.id]
         if call.deadline is not None:
             call.deadline.cancel()
-        self._reset_if_open(call.id)
-
-    def _reset_if_open(self, stream_id: int) -> None:
-        """A call we ended while the client still sends is reset, so that the client stops sending."""
-        stream = self.h2.streams.get(stream_id)
-        if stream is not None and stream.state_machine.state is StreamState.HALF_CLOSED_LOCAL:
-            try:
-                self.h2.reset_stream(stream_id)
-            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-                pass
+        if reset and not call.remote_closed:
+            self._out += f.rst_stream(call.id, f.NO_ERROR)
 
     def _cancel(self, call: _Call) -> None:
         if call.deadline is not None:
@@ -395,9 +512,17 @@ class GrpcConnection(asyncio.Protocol):
             call.task.cancel()
 
     def _flush(self) -> None:
-        data = self.h2.data_to_send()
-        if data and self.transport is not None:
-            self.transport.write(data)
+        if self._out and self.transport is not None:
+            self.transport.write(bytes(self._out))
+        self._out.clear()
+
+
+def _trailers(code: grpc.StatusCode, details: str) -> bytes:
+    return f.literal_headers(status_trailers(code, details[:MAX_DETAILS_BYTES]))
+
+
+def _status_only(code: grpc.StatusCode, details: str) -> bytes:
+    return _RESPONSE_HEADERS + _trailers(code, details)
 
 
 async def _requests(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:

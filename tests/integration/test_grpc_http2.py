@@ -2,6 +2,8 @@
 
 What the servicer tests cannot show: deadlines and cancellation reach the handler, responses larger than
 the peer's flow-control window, compressed and oversized requests, metadata, streams, and a graceful stop.
+The frames grpcio's client never sends (padding, CONTINUATION, a tiny window, broken frames) come from the
+``h2`` library's client state machine over a plain socket.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
 import pytest
 
 from serve_app.errors import NotFound
@@ -70,17 +76,25 @@ def _table(h: Handlers) -> dict[bytes, Method]:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[Handlers, grpc.aio.Channel, GrpcServer]]:
+async def server() -> AsyncIterator[tuple[Handlers, int, GrpcServer]]:
     handlers = Handlers()
     state = ServerState(_table(handlers), MAX_BYTES, None)
     port = free_port()
     connections: set[GrpcConnection] = set()
     sock = listening_socket("127.0.0.1", port)
-    server = await asyncio.get_running_loop().create_server(lambda: GrpcConnection(state, connections), sock=sock)
-    grpc_server = GrpcServer(server, connections)
+    listening = await asyncio.get_running_loop().create_server(lambda: GrpcConnection(state, connections), sock=sock)
+    grpc_server = GrpcServer(listening, connections)
+    yield handlers, port, grpc_server
+    await grpc_server.stop()
+
+
+@pytest.fixture
+async def served(
+    server: tuple[Handlers, int, GrpcServer],
+) -> AsyncIterator[tuple[Handlers, grpc.aio.Channel, GrpcServer]]:
+    handlers, port, grpc_server = server
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield handlers, channel, grpc_server
-    await grpc_server.stop()
 
 
 def _unary(channel: grpc.aio.Channel, name: str) -> Any:
@@ -183,3 +197,107 @@ async def test_stop_lets_calls_under_way_finish(served: tuple[Handlers, grpc.aio
     handlers.release.set()
     assert await call == b"done"
     await stopping
+
+
+# ------------------------------------------------------------------------------------------ raw frames
+
+
+class RawClient:
+    """An HTTP/2 client connection of the ``h2`` library over a socket, for frames grpcio never sends."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, window: int | None) -> None:
+        self.reader, self.writer = reader, writer
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.h2.initiate_connection()
+        if window is not None:
+            self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        self.send()
+        self.events: list[h2.events.Event] = []
+
+    @classmethod
+    async def connect(cls, port: int, window: int | None = None) -> RawClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer, window)
+
+    def send(self) -> None:
+        self.writer.write(self.h2.data_to_send())
+
+    def call(
+        self, name: str, message: bytes, *, extra: tuple[tuple[str, str], ...] = (), pad: int | None = None
+    ) -> int:
+        sid = self.h2.get_next_available_stream_id()
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", f"/t.T/{name}"), (":authority", "x"),
+                   ("content-type", "application/grpc"), ("te", "trailers"), *extra]  # fmt: skip
+        self.h2.send_headers(sid, headers)
+        self.h2.send_data(sid, b"\x00" + len(message).to_bytes(4, "big") + message, end_stream=True, pad_length=pad)
+        self.send()
+        return sid
+
+    async def until(self, done: Any) -> list[h2.events.Event]:
+        while not done(self.events):
+            data = await asyncio.wait_for(self.reader.read(65536), 30)
+            if not data:
+                break
+            for event in self.h2.receive_data(data):
+                self.events.append(event)
+                if isinstance(event, h2.events.DataReceived):
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self.send()
+        return self.events
+
+    def body_and_status(self, sid: int) -> tuple[bytes, bytes]:
+        body = b"".join(e.data for e in self.events if isinstance(e, h2.events.DataReceived) and e.stream_id == sid)
+        trailers = [e for e in self.events if isinstance(e, h2.events.TrailersReceived) and e.stream_id == sid]
+        return body[5:], dict(trailers[-1].headers)[b"grpc-status"] if trailers else b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _ended(sid: int) -> Any:
+    return lambda events: any(isinstance(e, h2.events.StreamEnded) and e.stream_id == sid for e in events)
+
+
+async def test_ping_padding_and_continuation(server: tuple[Handlers, int, GrpcServer]) -> None:
+    _, port, _ = server
+    client = await RawClient.connect(port)
+    client.h2.ping(b"12345678")
+    client.send()
+    await client.until(lambda events: any(isinstance(e, h2.events.PingAckReceived) for e in events))
+    sid = client.call("Echo", b"padded", pad=20)
+    await client.until(_ended(sid))
+    assert client.body_and_status(sid) == (b"padded", b"0")
+    big = "v" * 40_000  # a header block over one frame: HEADERS then CONTINUATION
+    sid = client.call("Metadata", b"", extra=(("x-big", big),))
+    await client.until(_ended(sid))
+    body, status = client.body_and_status(sid)
+    assert status == b"0" and big.encode() in body
+    client.close()
+
+
+async def test_a_response_waits_for_a_small_client_window(server: tuple[Handlers, int, GrpcServer]) -> None:
+    _, port, _ = server
+    client = await RawClient.connect(port, window=100)
+    sid = client.call("Big", b"5120")
+    await client.until(_ended(sid))
+    assert client.body_and_status(sid) == (bytes(range(256)) * 20, b"0")
+    client.close()
+
+
+async def test_broken_frames_end_the_connection_with_goaway(server: tuple[Handlers, int, GrpcServer]) -> None:
+    _, port, _ = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 30)  # our SETTINGS, a GOAWAY, then the end of the connection
+    kinds = []
+    while answer:
+        kinds.append(answer[3])
+        answer = answer[9 + int.from_bytes(answer[:3], "big") :]
+    assert kinds[-1] == 7
+    writer.close()
+    client = await RawClient.connect(port)
+    client.writer.write(b"\x00\x00\x01\x00\x00\x00\x00\x00\x09x")  # DATA on a stream never opened
+    events = await client.until(lambda events: any(isinstance(e, h2.events.ConnectionTerminated) for e in events))
+    terminated = [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
+    assert terminated and terminated[0].error_code == 1  # PROTOCOL_ERROR
+    client.close()
