@@ -17,23 +17,28 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from serve_app.config import config_to_json
-from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.errors import Cancelled, InvalidArgument, ServeError, as_serve_error
 from serve_app.http_server.generate import generate_routes
+from serve_app.http_server.infer_route import (
+    HEADER_LENGTH,
+    FastInfer,
+    check_not_decoupled,
+    declared_length,
+    infer_bytes,
+)
 from serve_app.http_server.shared_memory import shared_memory_routes
 from serve_app.http_server.trace_logging import mark_received, trace_logging_routes, traced_infer
-from serve_app.inference.types import InferRequest
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import http_codec, repository_codec, stats_codec
-from serve_app.protocol.limits import body_too_large, check_body_size
+from serve_app.protocol.limits import body_too_large
 from serve_app.protocol.status import http_status
 from serve_app.service import InferenceService
 from serve_app.service.inference_service import ModelMetadata
 
 JSON = "application/json"
-HEADER_LENGTH = "Inference-Header-Content-Length"
-DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -60,12 +65,7 @@ async def read_body(request: Request, limits: RequestLimits) -> bytes:
     the connection: closing it instead would reset it under a client still sending, which then never reads
     the 413.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        text = declared.strip()
-        if not text.isascii() or not text.isdigit():
-            raise InvalidArgument(f"invalid Content-Length header: {declared!r}")
-        check_body_size(int(text), limits)
+    declared_length(request.headers.get("content-length"), limits)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -94,7 +94,9 @@ def _metadata_json(md: ModelMetadata) -> dict[str, Any]:
 
 def build_http_app(
     service: InferenceService, *, limits: RequestLimits = DEFAULT_LIMITS, extra_routes: list[Route] | None = None
-) -> Starlette:
+) -> ASGIApp:
+    """Every v2 route: Starlette's routing, with the infer route taken before it by :class:`FastInfer`."""
+
     def model_args(request: Request) -> tuple[str, str]:
         return request.path_params["model"], request.path_params.get("version", "")
 
@@ -118,32 +120,18 @@ def build_http_app(
         return _json(config_to_json(service.model_config(*model_args(request))))
 
     async def infer(request: Request) -> Response:
+        """The infer route of traced requests (the others take :class:`FastInfer`, with the same steps)."""
         name, version = model_args(request)
         model = service.model(name, version)
-        if model.is_decoupled:  # before the body is read, as Triton checks
-            raise Unsupported(DECOUPLED_HTTP)
+        check_not_decoupled(model)
         body = await read_body(request, limits)
         mark_received()
-        header_length = request.headers.get(HEADER_LENGTH)
-        req: InferRequest = http_codec.decode_infer_request(
-            body,
-            header_length,
-            model_name=name,
-            model_version=version,
-            sig=model.signature,
-            limits=limits,
-            shm=service.shared_memory,
+        content, json_length = await infer_bytes(
+            service, model, name, version, body, request.headers.get(HEADER_LENGTH), limits
         )
-        resp = await service.infer(model, req)
-        payload, json_length = http_codec.encode_infer_response(resp, req, service.shared_memory)
-        content = payload if isinstance(payload, bytes) else b"".join(payload)
         if json_length is None:
             return Response(content, media_type=JSON)
-        return Response(
-            content,
-            media_type="application/octet-stream",
-            headers={HEADER_LENGTH: str(json_length)},
-        )
+        return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})
 
     async def model_stats(request: Request) -> Response:
         name = request.path_params.get("model", "")
@@ -224,4 +212,5 @@ def build_http_app(
     routes += shared_memory_routes(service, limits, read_body, guarded)
     routes += trace_logging_routes(service, limits, read_body)
     routes += extra_routes or []
-    return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
+    return FastInfer(app, service, limits)
