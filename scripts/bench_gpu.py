@@ -33,6 +33,7 @@ from tests.support.net import free_port
 
 LOCAL_READY = b"serve_app (local, no Ray) ready"
 OUTPUTS = ["OUTPUT__0", "DEVICE__1"]
+SPAWN_S = 3.0  # time for the client processes to start, before the warmup
 
 
 @dataclass
@@ -55,14 +56,14 @@ class Served:
 
 
 def client_load(
-    port: int, protocol: str, model: str, threads: int, warmup_s: float, seconds: float
+    port: int, protocol: str, model: str, threads: int, start: float, seconds: float
 ) -> tuple[int, list[float], int]:
-    """One client process: ``threads`` closed loops for ``warmup_s + seconds``; (requests completed in the
-    measured window, their latencies in ms, the device the model reported)."""
+    """One client process: ``threads`` closed loops from now until ``start + seconds`` (``time.time()``, the
+    same window in every process); (requests completed in the window, their latencies in ms, the device
+    the model reported)."""
     import threading
 
     x = np.random.default_rng(port).standard_normal((1, gpu_models.MLP_IN)).astype(np.float32)
-    start = time.perf_counter() + warmup_s
     stop = start + seconds
     lock = threading.Lock()
     latencies: list[float] = []
@@ -73,11 +74,11 @@ def client_load(
         mine: list[float] = []
         try:
             while True:
-                t0 = time.perf_counter()
+                t0 = time.time()
                 if t0 >= stop:
                     break
                 got = client.infer(model, {"INPUT__0": x}, OUTPUTS)
-                t1 = time.perf_counter()
+                t1 = time.time()
                 if t0 >= start and t1 <= stop:
                     mine.append((t1 - t0) * 1000)
                 if not devices:
@@ -98,13 +99,15 @@ def client_load(
 def measure(run: Served, port: int, stats: HttpClient, procs: int, warmup_s: float, seconds: float) -> None:
     before = batch_counts(stats.get_json(f"/v2/models/{run.model}/stats")["model_stats"][0])
     if procs < 1:  # the clients' threads in this process (the dry run: no process to start)
-        results = [client_load(port, run.protocol, run.model, run.concurrency, warmup_s, seconds)]
+        start = time.time() + warmup_s
+        results = [client_load(port, run.protocol, run.model, run.concurrency, start, seconds)]
     else:
         procs = min(procs, run.concurrency)
         split = [run.concurrency // procs + (i < run.concurrency % procs) for i in range(procs)]
+        start = time.time() + SPAWN_S + warmup_s  # every process loads the server before the window opens
         ctx = multiprocessing.get_context("spawn")  # the parent holds PyTorch: start clients clean
         with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
-            futures = [pool.submit(client_load, port, run.protocol, run.model, n, warmup_s, seconds) for n in split]
+            futures = [pool.submit(client_load, port, run.protocol, run.model, n, start, seconds) for n in split]
             results = [f.result() for f in futures]
     after = batch_counts(stats.get_json(f"/v2/models/{run.model}/stats")["model_stats"][0])
     latencies = sorted(lat for _, lats, _ in results for lat in lats)

@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [--dry-run] [OUT]     (OUT: the argument, else $OUT, else ./gpu-check-out)
 # --dry-run: on a machine without CUDA, run the same steps on the CPU (tests/gpu on a CPU-sized model,
 # the benchmark without figures) and print what would run on the GPU machine.
-# Each step has its own time limit, so the whole check ends within about 8 minutes.
+# Each step has its own time limit (1 + 4 + 3 minutes), so the whole check ends within about 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dry=0
@@ -41,11 +41,11 @@ fi
 
 rc=0
 echo "+ preflight"
-timeout 120 python3 -m scripts.gpu_kit preflight "${dry_flag[@]}" >"$out/preflight.log" 2>&1 || rc=1
+timeout 60 python3 -m scripts.gpu_kit preflight "${dry_flag[@]}" >"$out/preflight.log" 2>&1 || rc=1
 cat "$out/preflight.log"
 if [ "$rc" = 0 ]; then
     echo "+ tests/gpu"
-    SERVE_APP_GPU_LOGS="$out" timeout 270 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider \
+    SERVE_APP_GPU_LOGS="$out" timeout 240 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider \
         -W ignore::pytest.PytestConfigWarning >"$out/pytest.log" 2>&1 || rc=1
     tail -n 3 "$out/pytest.log"
     echo "+ scripts/bench_gpu"
@@ -53,6 +53,7 @@ if [ "$rc" = 0 ]; then
         >"$out/bench.log" 2>&1 || rc=1
     tail -n 12 "$out/bench.log"
 fi
-python3 -m scripts.gpu_kit summary "$out" >/dev/null
-echo "summary: $out/summary.txt; gpu check exit $rc"
+echo "+ summary ($out/summary.txt)"
+python3 -m scripts.gpu_kit summary "$out"
+echo "gpu check exit $rc"
 exit "$rc"

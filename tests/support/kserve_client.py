@@ -27,8 +27,13 @@ class HttpClient:
         self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
 
     def get_json(self, path: str) -> Any:
-        self.conn.request("GET", path)
-        response = self.conn.getresponse()
+        try:
+            self.conn.request("GET", path)
+            response = self.conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionError):  # the server closed an idle connection
+            self.conn.close()
+            self.conn.request("GET", path)
+            response = self.conn.getresponse()
         body = response.read()
         if response.status != 200:
             raise RuntimeError(f"GET {path}: {response.status} {body[:500]!r}")
