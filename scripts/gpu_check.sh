@@ -2,6 +2,7 @@
 # The GPU check in one command: install the wheels that travel (.whl/, from scripts/gpu_wheels.sh), say
 # what the machine has, run tests/gpu and scripts/bench_gpu, and write the logs and a summary to OUT.
 #   scripts/gpu_check.sh [--dry-run] [OUT]     (OUT: the argument, else $OUT, else ./gpu-check-out)
+# PYTHON names the interpreter (default python3).
 # --dry-run: on a machine without CUDA, run the same steps on the CPU (tests/gpu on a CPU-sized model,
 # the benchmark without figures) and print what would run on the GPU machine.
 # Each step has its own time limit (1 + 4 + 3 minutes), so the whole check ends within about 8 minutes.
@@ -12,8 +13,9 @@ if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
 out="${1:-${OUT:-gpu-check-out}}"
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 export PYTHONUNBUFFERED=1
+py="${PYTHON:-python3}"  # the interpreter with PyTorch
 site="${SERVE_APP_GPU_SITE:-/tmp/serve_app_gpu_site}"
-install=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site")
+install=("$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site")
 dry_flag=()
 if [ "$dry" = 1 ]; then
     dry_flag=(--dry-run)
@@ -25,7 +27,7 @@ if [ "$dry" = 1 ]; then
     echo "  python3 -m pytest tests/gpu (CUDA: a GPU nvidia-smi lists that PyTorch can't use fails the check)"
     echo "  python3 -m scripts.bench_gpu (TorchScript on cuda:0, ~2 minutes)"
     if ls .whl/*.whl >/dev/null 2>&1; then
-        python3 -m scripts.gpu_kit wheels .whl
+        "$py" -m scripts.gpu_kit wheels .whl
     else
         echo "no .whl/ here: scripts/gpu_wheels.sh downloads what the GPU machine needs"
     fi
@@ -41,19 +43,19 @@ fi
 
 rc=0
 echo "+ preflight"
-timeout 60 python3 -m scripts.gpu_kit preflight "${dry_flag[@]}" >"$out/preflight.log" 2>&1 || rc=1
+timeout 60 "$py" -m scripts.gpu_kit preflight "${dry_flag[@]}" >"$out/preflight.log" 2>&1 || rc=1
 cat "$out/preflight.log"
 if [ "$rc" = 0 ]; then
     echo "+ tests/gpu"
-    SERVE_APP_GPU_LOGS="$out" timeout 240 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider \
+    SERVE_APP_GPU_LOGS="$out" timeout 240 "$py" -m pytest tests/gpu -q -rA -p no:cacheprovider \
         -W ignore::pytest.PytestConfigWarning >"$out/pytest.log" 2>&1 || rc=1
     tail -n 3 "$out/pytest.log"
     echo "+ scripts/bench_gpu"
-    timeout 180 python3 -m scripts.bench_gpu "${dry_flag[@]}" --out "$out/bench.json" --log-dir "$out" \
+    timeout 180 "$py" -m scripts.bench_gpu "${dry_flag[@]}" --out "$out/bench.json" --log-dir "$out" \
         >"$out/bench.log" 2>&1 || rc=1
     tail -n 12 "$out/bench.log"
 fi
 echo "+ summary ($out/summary.txt)"
-python3 -m scripts.gpu_kit summary "$out"
+"$py" -m scripts.gpu_kit summary "$out"
 echo "gpu check exit $rc"
 exit "$rc"

@@ -66,6 +66,7 @@ def device() -> int:
 class Server:
     http: int
     grpc: int
+    metrics: int
     pid: int
     repo: pathlib.Path
     log: pathlib.Path
@@ -81,6 +82,6 @@ def server(device: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     ports = (free_port(), free_port(), free_port())
     proc = start_server(repo, ports, log, ["--local"], ready=LOCAL_READY)
     try:
-        yield Server(ports[0], ports[1], proc.pid, repo, log)
+        yield Server(*ports, proc.pid, repo, log)
     finally:
         stop_server(proc)

@@ -6,9 +6,11 @@ here; results are compared with the same module run on the CPU in this process.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Callable
 
 import numpy as np
@@ -82,13 +84,23 @@ def test_mlp_matches_the_module_on_the_cpu(server: Server, device: int) -> None:
         grpc.close()
 
 
+def metric(server: Server, name: str, model: str) -> float:
+    """One model's sample of a Prometheus counter on the metrics port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics", timeout=60) as r:
+        text = r.read().decode()
+    found = re.search(rf'^{name}{{[^}}]*model="{model}"[^}}]*}} (\S+)$', text, re.M)
+    assert found, f"no {name} for {model} in /metrics"
+    return float(found.group(1))
+
+
 def test_dynamic_batcher_batches_concurrent_requests_and_the_statistics_count_them(server: Server, device: int) -> None:
-    """16 clients at once on the batched MLP: every answer right, and the model's statistics account for
-    each request once, in the batches the batcher formed (on the GPU: some larger than 1)."""
+    """16 clients at once on the batched MLP: every answer right, and the model's statistics and metrics
+    account for each request once, in the batches the batcher formed (on the GPU: some larger than 1)."""
     model = gpu_models.BATCHED_MLP
     reference = mlp_reference(server)
     stats = HttpClient(server.http)
     before = stats.get_json(f"/v2/models/{model}/stats")["model_stats"][0]
+    counted = {name: metric(server, name, model) for name in ("nv_inference_count", "nv_inference_exec_count")}
     errors: list[str] = []
 
     def client(k: int) -> None:
@@ -119,6 +131,8 @@ def test_dynamic_batcher_batches_concurrent_requests_and_the_statistics_count_th
     assert sum(b * n for b, n in sizes.items()) == sent
     executions = int(after["execution_count"]) - int(before["execution_count"])
     assert executions == sum(sizes.values())
+    assert metric(server, "nv_inference_count", model) - counted["nv_inference_count"] == sent
+    assert metric(server, "nv_inference_exec_count", model) - counted["nv_inference_exec_count"] == executions
     if not DRY_RUN:  # how requests batch depends on timing: asserted where the check runs, not in CI
         assert executions < sent and max(b for b, n in sizes.items() if n) > 1, sizes
 

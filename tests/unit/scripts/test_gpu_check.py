@@ -4,7 +4,9 @@ what would stop the install on the GPU machine."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -16,7 +18,7 @@ def test_the_dry_run_runs_the_check_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHON": sys.executable},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "on the GPU machine this runs" in proc.stdout
