@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                     run = Served(model, protocol, conc)
                     try:
                         measure(run, port, stats, args.client_procs, args.warmup, args.seconds)
+                        if not args.dry_run and run.device != 0:
+                            run.error = f"the model ran on device {run.device}, not cuda:0"
                     except Exception as exc:
                         run.error = repr(exc)[:400]
                     runs.append(run)
