@@ -18,6 +18,7 @@ from typing import Any
 from serve_app.backends import BackendContext
 from serve_app.config.ensemble_deps import ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
+from serve_app.local.devices import local_device
 from serve_app.local.executor import LocalModelExecutor
 from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
@@ -63,11 +64,15 @@ class LocalHost:
                 for version, model_file in source.versions.items():
                     model = ServedModel.create(name, version, source.config, labels=source.labels)
                     if not model.is_ensemble:
+                        device = local_device(source.config)
                         ctx = BackendContext(
                             model_name=name,
                             version=version,
                             config=source.config,
                             model_file=model_file,
+                            device_kind=device.kind,
+                            gpu_ids=device.gpu_ids,
+                            instance_group=device.group_index,
                             instance_name=f"{name}_0_0",
                             server_link=link,
                         )
