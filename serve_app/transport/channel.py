@@ -82,6 +82,7 @@ ONE_WAY = -1
 CANCEL = -2  # (CANCEL, call_id): the client no longer reads that stream
 ITEM = 2  # the ``ok`` slot of a frame that carries one item of a stream
 _DRAIN_BYTES = 1 << 20  # a stream waits for the socket when this much is buffered
+CLOSED = "the channel to the peer is closed"
 
 
 class _Outbox:
@@ -115,7 +116,8 @@ class _Outbox:
 
 
 class ChannelBroken(Unavailable):
-    """The connection itself failed (as opposed to an error the other side answered with)."""
+    """The connection itself failed (as opposed to an error the other side answered with).  Its message names
+    no address (clients read it in a 503); whoever knows the model and instance says which it was."""
 
 
 def _forget(calls: dict[int, asyncio.Task[None]], call_id: int, _: asyncio.Task[None]) -> None:
@@ -222,13 +224,13 @@ class ChannelClient:
     def post(self, payload: Any) -> None:
         """Send a one-way message (no answer), in order with calls."""
         if self.closed or self._writer is None:
-            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(CLOSED)
         self._outbox.put(encode((ONE_WAY, payload)))
 
     def send(self, payload: Any) -> asyncio.Future[Any]:
         """Queue one call for writing (calls leave in the order they are sent) and return its result's future."""
         if self.closed or self._writer is None:
-            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(CLOSED)
         call_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = fut
@@ -246,7 +248,7 @@ class ChannelClient:
         """A call whose answer is a stream: its items as they arrive.  Leaving the loop early tells the
         server to stop producing them."""
         if self.closed or self._writer is None:
-            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(CLOSED)
         call_id = next(self._ids)
         queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._streams[call_id] = queue
@@ -294,7 +296,7 @@ class ChannelClient:
 
     def _fail(self, reason: str) -> None:
         self.closed = True
-        err = ChannelBroken(f"the peer at {self.address[0]}:{self.address[1]} is unavailable: {reason}")
+        err = ChannelBroken(f"the channel's peer is unavailable: {reason}")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from serve_app.transport.channel import ChannelBroken, ChannelClient
 
@@ -28,7 +29,9 @@ class ChannelPool:
             try:
                 await client.connect(self._token)
             except (OSError, asyncio.TimeoutError) as exc:
-                raise ChannelBroken(f"cannot reach {address[0]}:{address[1]}: {exc}") from None
+                # errno's words only: asyncio's message (str, strerror) names the address
+                why = os.strerror(exc.errno) if getattr(exc, "errno", None) else type(exc).__name__
+                raise ChannelBroken(f"cannot reach the channel's peer: {why}") from None
             self._clients[address] = client
             return client
 

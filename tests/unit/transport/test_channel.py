@@ -12,6 +12,8 @@ from serve_app.errors import Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.transport import ChannelClient, ChannelServer
 from serve_app.transport.channel import encode, read_message
+from serve_app.transport.pool import ChannelPool
+from tests.support.net import free_port
 
 TOKEN = b"0123456789abcdef"
 
@@ -99,11 +101,20 @@ async def test_lost_connection_fails_pending_calls() -> None:
     call = asyncio.ensure_future(client.call("never answered"))
     await started.wait()
     client._writer.transport.abort()  # type: ignore[union-attr]  # the connection drops, as when a replica dies
-    with pytest.raises(Unavailable, match="unavailable"):
+    with pytest.raises(Unavailable, match="unavailable") as lost:
         await asyncio.wait_for(call, timeout=5)
-    with pytest.raises(Unavailable, match="closed"):
+    with pytest.raises(Unavailable, match="closed") as closed:
         await client.call("after")
+    for err in (lost.value, closed.value):  # a client reads these in a 503: no address, no port
+        assert addr[0] not in err.message and str(addr[1]) not in err.message, err.message
     server.close()
+
+
+async def test_an_unreachable_peer_is_reported_without_its_address() -> None:
+    host, port = "127.0.0.1", free_port()  # nothing listens there
+    with pytest.raises(Unavailable, match="cannot reach the channel's peer") as err:
+        await ChannelPool(TOKEN).get((host, port))
+    assert host not in err.value.message and str(port) not in err.value.message, err.value.message
 
 
 async def test_one_way_messages_reach_the_one_way_handler_in_order_with_calls() -> None:
