@@ -28,9 +28,12 @@ class ChannelPool:
             client = ChannelClient(address)
             try:
                 await client.connect(self._token)
+            except ChannelBroken:  # the handshake failed
+                raise
             except (OSError, asyncio.TimeoutError) as exc:
                 # errno's words only: asyncio's message (str, strerror) names the address
-                why = os.strerror(exc.errno) if getattr(exc, "errno", None) else type(exc).__name__
+                errno = getattr(exc, "errno", None)
+                why = os.strerror(errno) if isinstance(errno, int) else type(exc).__name__
                 raise ChannelBroken(f"cannot reach the channel's peer: {why}") from None
             self._clients[address] = client
             return client
