@@ -47,3 +47,10 @@ class RequestLimits:
 
 
 DEFAULT_LIMITS = RequestLimits()
+
+# The HTTP request head (request line and headers), checked as its bytes arrive, before the app sees it.
+# Triton's HTTP server (libevhtp) has its own fixed caps; these are in the range common servers use.
+MAX_REQUEST_LINE_BYTES = 64 * 1024  # more: 414
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers together; more: 431
+MAX_HEADERS = 128  # more: 431
+HEAD_TIMEOUT_S = 30.0  # a connection whose request head is not complete this long after it began is closed
