@@ -21,6 +21,7 @@ from starlette.routing import Route
 from serve_app.config import config_to_json
 from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
 from serve_app.http_server.generate import generate_routes
+from serve_app.http_server.object_count import check_object_count
 from serve_app.http_server.shared_memory import shared_memory_routes
 from serve_app.http_server.trace_logging import mark_received, trace_logging_routes, traced_infer
 from serve_app.inference.types import InferRequest
@@ -125,6 +126,7 @@ def build_http_app(
         body = await read_body(request, limits)
         mark_received()
         header_length = request.headers.get(HEADER_LENGTH)
+        check_object_count(body, header_length, name, limits)
         req: InferRequest = http_codec.decode_infer_request(
             body,
             header_length,
