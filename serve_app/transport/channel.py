@@ -23,9 +23,10 @@ they hold the shared key (no secret crosses the wire) before a frame is sent or
 loaded.  A server closes a connection that has not finished it within
 :data:`HANDSHAKE_TIMEOUT_S` and holds at most :data:`MAX_UNAUTHENTICATED` such
 connections at once; either end refuses a frame larger than :data:`MAX_FRAME_BYTES`
-(announced before it is read) and closes the connection.  Frames are not
-encrypted: like Ray's own ports the channel assumes a trusted cluster network;
-bind it to the node's address, not a public one.
+(announced before it is read) and closes the connection.  When Ray runs with
+TLS, the channel runs over TLS with Ray's certificates (:mod:`~serve_app.transport.tls`);
+otherwise frames are not encrypted and, like Ray's own ports, the channel assumes a
+trusted cluster network: bind it to the node's address, not a public one.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 
 from serve_app.errors import ResourceExhausted, Unavailable, as_serve_error
 from serve_app.transport import handshake
+from serve_app.transport.tls import ChannelTls, process_tls
 
 logger = logging.getLogger("serve_app")
 
@@ -143,7 +145,11 @@ def _forget(calls: dict[int, asyncio.Task[None]], call_id: int, _: asyncio.Task[
 class ChannelServer:
     """Serves ``handler(payload)`` to authenticated clients; calls run concurrently."""
 
-    def __init__(self, handler: Handler, token: bytes, oneway: OneWay | None = None) -> None:
+    def __init__(
+        self, handler: Handler, token: bytes, oneway: OneWay | None = None, tls: ChannelTls | None = None
+    ) -> None:
+        """``tls``: the contexts to serve over TLS with; by default Ray's, when Ray runs with TLS."""
+        self._tls = tls if tls is not None else process_tls()
         self._handler = handler
         self._oneway = oneway
         self._token = token
@@ -152,7 +158,12 @@ class ChannelServer:
         self.unauthenticated = 0  # connections whose handshake is unfinished
 
     async def start(self, host: str, port: int = 0) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, port)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._serve, host, port)
+        else:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, ssl=self._tls.server, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+            )
         sock = self._server.sockets[0]
         return host, int(sock.getsockname()[1])
 
@@ -233,8 +244,10 @@ class ChannelServer:
 class ChannelClient:
     """One connection to one instance; many calls in flight, answered by id."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], tls: ChannelTls | None = None) -> None:
+        """``tls``: the contexts to connect over TLS with; by default Ray's, when Ray runs with TLS."""
         self.address = address
+        self._tls = tls if tls is not None else process_tls()
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._streams: dict[int, asyncio.Queue[tuple[int, Any]]] = {}
@@ -247,7 +260,8 @@ class ChannelClient:
         """Connect and run the handshake: nothing is sent or loaded before the peer has proved the key.
         Raises OSError or TimeoutError (unreachable) or ChannelBroken (the handshake failed)."""
         host, port = self.address
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        context = self._tls.client if self._tls is not None else None
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), timeout)
         try:
             await asyncio.wait_for(self._authenticate(token, reader, writer), timeout)
         except (asyncio.IncompleteReadError, ConnectionError, handshake.HandshakeFailed) as exc:
