@@ -6,12 +6,13 @@ declaration (``serve_app/protocol/limits.py`` holds the checks both front ends c
 
 Defaults:
 
-- ``max_body_bytes`` 256 MiB.  Triton's HTTP default is 64 MiB (``--http-max-input-size``) but its
-  gRPC takes up to 2 GiB, and this one limit covers both protocols (gRPC's max receive message
-  size follows it): 256 MiB keeps large-tensor gRPC clients working while bounding what one request
-  can make a gateway hold (a JSON body expands several times once parsed).
-- ``max_tensor_elements`` 2**28: what a 256 MiB body can carry in one-byte elements, so with the
-  default body limit it only refuses shapes no body could fill; lower it to cap memory per request.
+- ``max_body_bytes`` 64 MiB: Triton's HTTP default (``--http-max-input-size``).  This one limit
+  covers both protocols (gRPC's max receive message size follows it; Triton's gRPC takes up to
+  2 GiB): a parsed body is many times its size (JSON of empty objects about 26x, gRPC repeated
+  fields about 24x), so the limit bounds what one request can make a gateway hold.  Clients with
+  larger tensors raise it (``--max-body-bytes``) or pass them through shared memory.
+- ``max_tensor_elements`` 2**28: four times what a default body can carry in one-byte elements, so
+  it only refuses shapes no body could fill; it bounds tensors in shared memory too.
 - ``max_json_depth`` 100: Triton's limit on the nesting of a tensor's ``data``; a body may nest
   ``JSON_ENVELOPE`` (4) levels more, the request's own (body, ``inputs``, an input, ``parameters``).
 - ``max_inputs`` / ``max_outputs`` 1024: far above real models (wide recommender models have a few
@@ -28,7 +29,7 @@ GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # grpc's own ceiling for a message size opti
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
-    max_body_bytes: int = 256 * MiB
+    max_body_bytes: int = 64 * MiB
     max_tensor_elements: int = 2**28
     max_json_depth: int = 100
     max_inputs: int = 1024
@@ -47,3 +48,10 @@ class RequestLimits:
 
 
 DEFAULT_LIMITS = RequestLimits()
+
+# The HTTP request head (request line and headers), checked as its bytes arrive, before the app sees it.
+# Triton's HTTP server (libevhtp) has its own fixed caps; these are in the range common servers use.
+MAX_REQUEST_LINE_BYTES = 64 * 1024  # more: 414
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers together; more: 431
+MAX_HEADERS = 128  # more: 431
+HEAD_TIMEOUT_S = 30.0  # a connection whose request head is not complete this long after it began is closed

@@ -91,6 +91,14 @@ class ServerSettings:
     load_model: tuple[str, ...] = setting(
         (), "explicit mode: a model to load at start ('*': every model)", repeat=True, metavar="NAME"
     )
+    allow_model_code_upload: bool = setting(
+        False,
+        "explicit mode: the repository load API may bring code the server runs (a Python model's files, a "
+        "requirements.txt, a shared library, EXECUTION_ENV_PATH or a TensorRT plugin path in the config); any "
+        "client that may load models can then run code in the server, so turn it on only with the repository "
+        "API restricted (http_restricted_api, grpc_restricted_protocol) or for trusted clients; off: such loads "
+        "are refused (model files backends only read, such as ONNX, stay allowed)",
+    )
     repository_poll_secs: float = setting(15.0, "poll mode: seconds between repository polls")
     autoscaling_file: str = setting(
         "",

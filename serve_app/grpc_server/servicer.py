@@ -31,6 +31,7 @@ from serve_app.service import InferenceService
 SERVICE_NAME = "inference.GRPCInferenceService"
 FINAL_RESPONSE = "triton_final_response"  # the response parameter that marks a request's last response
 MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the stream waits beyond that
+MAX_STREAM_PENDING = 64  # responses of one stream ready and not yet taken by the client; producers wait beyond
 
 UnaryHandler = Callable[[Any, CallContext], Awaitable[Any]]
 
@@ -144,11 +145,14 @@ class InferenceServicer(SharedMemoryRpcs):
         """
         responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_STREAM_INFLIGHT)
+        # A client that stops reading stops its stream: its requests wait for room here, no more are read.
+        ready = asyncio.Semaphore(MAX_STREAM_PENDING)
         tasks: set[asyncio.Task[None]] = set()
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
                 async for response in self._stream_responses(request):
+                    await ready.acquire()
                     responses.put_nowait(response)
             finally:
                 room.release()
@@ -168,6 +172,7 @@ class InferenceServicer(SharedMemoryRpcs):
         reader = asyncio.get_running_loop().create_task(read())
         try:
             while (response := await responses.get()) is not None:
+                ready.release()
                 yield response
         finally:
             reader.cancel()

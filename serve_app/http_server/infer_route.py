@@ -14,6 +14,7 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.errors import Cancelled, InvalidArgument, Unsupported, as_serve_error
+from serve_app.http_server.object_count import check_object_count
 from serve_app.limits import RequestLimits
 from serve_app.protocol import http_codec
 from serve_app.protocol.limits import body_too_large, check_body_size
@@ -39,6 +40,7 @@ async def infer_bytes(
 ) -> tuple[bytes, int | None]:
     """One inference from a request body: the response body, and its JSON header's length when binary
     outputs follow it (``None``: all JSON)."""
+    check_object_count(body, header_length, name, limits)
     req = http_codec.decode_infer_request(
         body,
         header_length,

@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from serve_app.http_server.framing import ChunkedWinsProtocol
+from serve_app.http_server.head import BoundedHeadProtocol
 from serve_app.security.tls import TlsSettings
 
 
@@ -50,7 +50,8 @@ def serve_http(
     options = uvicorn_tls_options(tls) if tls is not None else {}
     config = uvicorn.Config(
         app,
-        http=ChunkedWinsProtocol,  # uvicorn's httptools protocol; a chunked body wins over a Content-Length
+        # uvicorn's httptools protocol; a chunked body wins over a Content-Length; the request head is bounded
+        http=BoundedHeadProtocol,
         log_level="warning",
         access_log=False,
         lifespan="off",

@@ -80,6 +80,11 @@ class _Target:
         return result
 
 
+def _broken(key: ModelKey, target: _Target, exc: ChannelBroken) -> ChannelBroken:
+    """A broken channel as the client reads it: the model and instance, no address."""
+    return ChannelBroken(f"model '{key.name}' version {key.version}: instance '{target.instance}': {exc.message}")
+
+
 class _Group:
     """One Serve deployment serving an instance group of a model version: a dedicated deployment (one
     replica per instance) or a pool of shared hosts; and the instances of the version it holds."""
@@ -220,6 +225,9 @@ class RayModelExecutor:
                 # instance takes it.
                 group.drop(target)
                 self._refresh_soon(group)
+            except ChannelBroken as exc:
+                self._refresh_soon(group)
+                raise _broken(key, target, exc) from None
             except Unavailable:
                 self._refresh_soon(group)
                 raise
@@ -264,6 +272,9 @@ class RayModelExecutor:
                     raise
                 group.drop(target)
                 self._refresh_soon(group)
+            except ChannelBroken as exc:
+                self._refresh_soon(group)
+                raise _broken(key, target, exc) from None
             except Unavailable:
                 self._refresh_soon(group)
                 raise

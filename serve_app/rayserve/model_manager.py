@@ -68,7 +68,9 @@ class ModelManager:
         self._router = router
         self._repo = ModelRepository(settings.model_repository)
         self.mode = parse_control_mode(settings.model_control_mode)
-        self.control = ModelControl(self._repo, self.mode, settings.load_model)
+        self.control = ModelControl(
+            self._repo, self.mode, settings.load_model, allow_code_upload=settings.allow_model_code_upload
+        )
         self._scaling_overrides: dict[str, dict[str, Any]] = (
             load_override_file(settings.autoscaling_file) if settings.autoscaling_file else {}
         )

@@ -93,6 +93,9 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
     level = ray_log_level(settings)
     if started_ray:
         ray.init(
+            # "local": a Ray of our own, whatever a `ray start` on this machine left in ray_current_cluster (or
+            # RAY_ADDRESS says); joining one is what --address is for
+            address="local",
             num_cpus=options.num_cpus or local_num_cpus(),
             include_dashboard=options.dashboard,
             object_store_memory=options.object_store_memory,

@@ -192,7 +192,8 @@ class SequenceRouterDeployment:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            reason = f"its model instance at {address[0]}:{address[1]} failed ({as_serve_error(exc).message})"
+            # a client reads it when its sequence is lost: the instance's name, not its address
+            reason = f"its model instance '{instance}' failed ({as_serve_error(exc).message})"
         finally:
             client.close()
             if self._clients.get(instance) is client:

@@ -75,6 +75,7 @@ from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.config.pbtxt import config_error
 from serve_app.errors import InternalError, InvalidArgument, InvalidConfig, ServeError, Unavailable, as_serve_error
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.repository.code_upload import code_in_load, refusal
 from serve_app.repository.fingerprint import model_fingerprint
 from serve_app.repository.repository import (
     CONFIG_FILENAME,
@@ -161,6 +162,7 @@ class ModelControl:
         mode: ControlMode,
         startup_models: Sequence[str] = (),
         staging_root: Path | None = None,
+        allow_code_upload: bool = False,
     ) -> None:
         wanted = set(startup_models)
         if mode is ControlMode.EXPLICIT and WILDCARD in wanted and len(wanted) > 1:
@@ -169,6 +171,7 @@ class ModelControl:
         self._mode = mode
         self._startup_models = sorted(wanted)
         self._staging_root = Path(staging_root).resolve() if staging_root is not None else None
+        self._allow_code_upload = allow_code_upload
         self._loaded: dict[str, ModelSource] = {}
         self._loaded_fp: dict[str, str] = {}  # the directory as it was when what serves was read
         self._seen_fp: dict[str, str] = {}  # ... when the last load (good or failed) was read: what poll compares
@@ -222,7 +225,9 @@ class ModelControl:
         ``config_json`` (the load API's ``config``) replaces config.pbtxt and is
         completed and validated like it; ``files`` (path relative to the model
         directory -> bytes) are written to a fresh staged directory the model is
-        then read from, and need ``config_json``.  Errors reading the model (or
+        then read from, and need ``config_json``.  Either bringing code the
+        server would run is refused unless ``allow_code_upload`` (see
+        :mod:`~serve_app.repository.code_upload`).  Errors reading the model (or
         a composing model) are recorded as with :meth:`load_failed`.
         """
         self._require_explicit()
@@ -233,6 +238,9 @@ class ModelControl:
         if not files and not self._repo.has_model(name):
             raise _poll_failed(name)
         override = _parse_override(name, config_json) if config_json is not None else None
+        code = None if self._allow_code_upload else code_in_load(override, files)
+        if code is not None:
+            raise InvalidArgument(refusal(name, code))
         staged: Path | None = None
         if files:
             try:

@@ -3,17 +3,23 @@
 A region is a window (``offset``, ``byte_size``) of a POSIX shared memory object the client created on this
 host (``shm_open(key)``, which Linux keeps under ``/dev/shm``).  The mapping covers the window only; mmap
 needs a page-aligned offset, so it starts at the page below and the view skips the difference.
+
+The object is opened as glibc's ``shm_open`` (which Triton uses) opens it: without following a symbolic link
+(``O_NOFOLLOW``: a link under ``/dev/shm`` would let a client read and write any file the server can open),
+and only a regular shared memory object is mapped (not a FIFO, a socket or a device).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 
 from serve_app.errors import InternalError, InvalidArgument
 
 SHM_DIR = "/dev/shm"
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # non-blocking: a FIFO can't hang us
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +56,16 @@ class Mapping:
 
     def __init__(self, reg: Registration) -> None:
         self.registration = reg
+        unable = InternalError(f"Unable to open shared memory region: '{reg.key}'")
         try:
-            fd = os.open(object_path(reg.key), os.O_RDWR)
-        except OSError:
-            raise InternalError(f"Unable to open shared memory region: '{reg.key}'") from None
+            fd = os.open(object_path(reg.key), _OPEN_FLAGS)
+        except OSError:  # ELOOP for a symbolic link, as shm_open
+            raise unable from None
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise unable
+            size = info.st_size
             if reg.offset + reg.byte_size > size:
                 raise InvalidArgument(f"failed to register shared memory region '{reg.name}': invalid args")
             if reg.byte_size == 0:  # mmap refuses an empty window, as Triton's mmap does

@@ -16,19 +16,23 @@ come back in any order.  A handler that returns an async iterator answers a
 item as it is produced (the writer's buffer applies back-pressure), then the
 usual final answer; a client that stops reading sends ``(CANCEL, call_id)`` and
 the server stops the iterator.  One-way messages (``call_id`` -1, :meth:`ChannelClient.post`)
-get no answer: the server hands them to its synchronous ``oneway`` handler.  A client first
-sends the shared token; a server drops connections that don't.
+get no answer: the server hands them to its synchronous ``oneway`` handler.
 
-Only pickles from holders of the token are loaded, but like Ray's own ports the
-channel assumes a trusted cluster network: bind it to the node's address, not a
-public one.
+A connection starts with :mod:`~serve_app.transport.handshake`: both ends prove
+they hold the shared key (no secret crosses the wire) before a frame is sent or
+loaded.  A server closes a connection that has not finished it within
+:data:`HANDSHAKE_TIMEOUT_S` and holds at most :data:`MAX_UNAUTHENTICATED` such
+connections at once; either end refuses a frame larger than :data:`MAX_FRAME_BYTES`
+(announced before it is read) and closes the connection.  When Ray runs with
+TLS, the channel runs over TLS with Ray's certificates (:mod:`~serve_app.transport.tls`);
+otherwise frames are not encrypted and, like Ray's own ports, the channel assumes a
+trusted cluster network: bind it to the node's address, not a public one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import itertools
 import logging
 import pickle
@@ -36,12 +40,17 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from serve_app.errors import Unavailable, as_serve_error
+from serve_app.errors import ResourceExhausted, Unavailable, as_serve_error
+from serve_app.transport import handshake
+from serve_app.transport.tls import ChannelTls, process_tls
 
 logger = logging.getLogger("serve_app")
 
 _HEAD = struct.Struct("!II")
 _MAX_BUFFERS = 1 << 16
+MAX_FRAME_BYTES = 1 << 31  # one call or answer: a batch of requests at the front ends' body limit fits
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_UNAUTHENTICATED = 64  # connections a server holds while their handshake is unfinished
 
 
 def encode(message: Any) -> list[bytes | memoryview]:
@@ -56,10 +65,17 @@ def encode(message: Any) -> list[bytes | memoryview]:
         return False
 
     main = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
+    size = len(main) + sum(b.nbytes for b in buffers)
+    if size > MAX_FRAME_BYTES:
+        raise ResourceExhausted(f"a channel message of {size} bytes is over the channel's limit of {MAX_FRAME_BYTES}")
     head = _HEAD.pack(len(main), len(buffers))
     if buffers:
         head += struct.pack(f"!{len(buffers)}Q", *(b.nbytes for b in buffers))
     return [head, main, *buffers]
+
+
+class FrameTooLarge(ValueError):
+    """A frame announced more bytes than :data:`MAX_FRAME_BYTES`: nothing of it is read."""
 
 
 async def read_message(reader: asyncio.StreamReader) -> Any:
@@ -67,6 +83,8 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
     if count > _MAX_BUFFERS:
         raise ValueError(f"frame announces {count} buffers")
     lengths = struct.unpack(f"!{count}Q", await reader.readexactly(8 * count)) if count else ()
+    if main_len + sum(lengths) > MAX_FRAME_BYTES:
+        raise FrameTooLarge(f"frame of {main_len + sum(lengths)} bytes is over the limit of {MAX_FRAME_BYTES}")
     blob = memoryview(await reader.readexactly(main_len + sum(lengths)))
     buffers = []
     offset = main_len
@@ -82,6 +100,7 @@ ONE_WAY = -1
 CANCEL = -2  # (CANCEL, call_id): the client no longer reads that stream
 ITEM = 2  # the ``ok`` slot of a frame that carries one item of a stream
 _DRAIN_BYTES = 1 << 20  # a stream waits for the socket when this much is buffered
+CLOSED = "the channel to the peer is closed"
 
 
 class _Outbox:
@@ -120,7 +139,8 @@ class _Outbox:
 
 
 class ChannelBroken(Unavailable):
-    """The connection itself failed (as opposed to an error the other side answered with)."""
+    """The connection itself failed (as opposed to an error the other side answered with).  Its message names
+    no address (clients read it in a 503); whoever knows the model and instance says which it was."""
 
 
 def _forget(calls: dict[int, asyncio.Task[None]], call_id: int, _: asyncio.Task[None]) -> None:
@@ -130,23 +150,43 @@ def _forget(calls: dict[int, asyncio.Task[None]], call_id: int, _: asyncio.Task[
 class ChannelServer:
     """Serves ``handler(payload)`` to authenticated clients; calls run concurrently."""
 
-    def __init__(self, handler: Handler, token: bytes, oneway: OneWay | None = None) -> None:
+    def __init__(
+        self, handler: Handler, token: bytes, oneway: OneWay | None = None, tls: ChannelTls | None = None
+    ) -> None:
+        """``tls``: the contexts to serve over TLS with; by default Ray's, when Ray runs with TLS."""
+        self._tls = tls if tls is not None else process_tls()
         self._handler = handler
         self._oneway = oneway
         self._token = token
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.unauthenticated = 0  # connections whose handshake is unfinished
 
     async def start(self, host: str, port: int = 0) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, port)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._serve, host, port)
+        else:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, ssl=self._tls.server, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+            )
         sock = self._server.sockets[0]
         return host, int(sock.getsockname()[1])
 
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonce = handshake.new_nonce()
+        writer.write(handshake.hello(nonce))
+        response = await reader.readexactly(handshake.RESPONSE_BYTES)
+        writer.write(handshake.check_client(self._token, nonce, response))
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            token = await asyncio.wait_for(reader.readexactly(len(self._token)), timeout=10)
-            if not hmac.compare_digest(token, self._token):
+            if self.unauthenticated >= MAX_UNAUTHENTICATED:
                 return
+            self.unauthenticated += 1
+            try:
+                await asyncio.wait_for(self._authenticate(reader, writer), HANDSHAKE_TIMEOUT_S)
+            finally:
+                self.unauthenticated -= 1
             outbox = _Outbox(writer)
             streams: dict[int, asyncio.Task[None]] = {}  # this connection's calls in progress, by id
             while True:
@@ -164,8 +204,10 @@ class ChannelServer:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 task.add_done_callback(functools.partial(_forget, streams, call_id))
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError, handshake.HandshakeFailed):
             pass
+        except FrameTooLarge as exc:
+            logger.warning("channel: connection closed: %s", exc)
         except Exception:
             logger.exception("channel connection failed")
         finally:
@@ -193,7 +235,11 @@ class ChannelServer:
             return
         except Exception as exc:  # the caller gets the error; the connection stays up
             message = (call_id, False, as_serve_error(exc))
-        outbox.put(encode(message))
+        try:
+            frames = encode(message)
+        except ResourceExhausted as exc:  # an answer over the frame limit
+            frames = encode((call_id, False, exc))
+        outbox.put(frames)
 
     def close(self) -> None:
         if self._server is not None:
@@ -203,8 +249,10 @@ class ChannelServer:
 class ChannelClient:
     """One connection to one instance; many calls in flight, answered by id."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], tls: ChannelTls | None = None) -> None:
+        """``tls``: the contexts to connect over TLS with; by default Ray's, when Ray runs with TLS."""
         self.address = address
+        self._tls = tls if tls is not None else process_tls()
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._streams: dict[int, asyncio.Queue[tuple[int, Any]]] = {}
@@ -214,12 +262,31 @@ class ChannelClient:
         self.inflight = 0
 
     async def connect(self, token: bytes, timeout: float = 5.0) -> None:
+        """Connect and run the handshake: nothing is sent or loaded before the peer has proved the key.
+        Raises OSError or TimeoutError (unreachable) or ChannelBroken (the handshake failed)."""
         host, port = self.address
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        writer.write(token)
+        context = self._tls.client if self._tls is not None else None
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), timeout)
+        try:
+            await asyncio.wait_for(self._authenticate(token, reader, writer), timeout)
+        except (asyncio.IncompleteReadError, ConnectionError, handshake.HandshakeFailed) as exc:
+            writer.close()
+            why = str(exc) if isinstance(exc, handshake.HandshakeFailed) else "it closed the connection"
+            raise ChannelBroken(f"the channel's peer failed the handshake: {why}") from None
+        except BaseException:
+            writer.close()
+            raise
         self._writer = writer
         self._outbox = _Outbox(writer)
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    @staticmethod
+    async def _authenticate(token: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        client_nonce = handshake.new_nonce()
+        response, server_nonce = handshake.respond(token, await reader.readexactly(handshake.HELLO_BYTES), client_nonce)
+        writer.write(response)
+        proof = await reader.readexactly(handshake.PROOF_BYTES)
+        handshake.check_server(token, server_nonce, client_nonce, proof)
 
     async def call(self, payload: Any) -> Any:
         return await self.send(payload)
@@ -227,14 +294,15 @@ class ChannelClient:
     def post(self, payload: Any) -> None:
         """Send a one-way message (no answer), in order with calls."""
         if self.closed or self._writer is None:
-            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(CLOSED)
         self._outbox.put(encode((ONE_WAY, payload)))
 
     def send(self, payload: Any) -> asyncio.Future[Any]:
         """Queue one call for writing (calls leave in the order they are sent) and return its result's future."""
         if self.closed or self._writer is None:
-            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(CLOSED)
         call_id = next(self._ids)
+        frames = encode((call_id, payload))  # over the frame limit: raises here, nothing sent
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = fut
         self.inflight += 1
@@ -244,14 +312,14 @@ class ChannelClient:
             self._pending.pop(call_id, None)
 
         fut.add_done_callback(done)
-        self._outbox.put(encode((call_id, payload)))
+        self._outbox.put(frames)
         return fut
 
     async def stream(self, payload: Any) -> AsyncGenerator[Any, None]:
         """A call whose answer is a stream: its items as they arrive.  Leaving the loop early tells the
         server to stop producing them."""
         if self.closed or self._writer is None:
-            raise ChannelBroken(f"channel to {self.address[0]}:{self.address[1]} is closed")
+            raise ChannelBroken(CLOSED)
         call_id = next(self._ids)
         queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._streams[call_id] = queue
@@ -299,7 +367,7 @@ class ChannelClient:
 
     def _fail(self, reason: str) -> None:
         self.closed = True
-        err = ChannelBroken(f"the peer at {self.address[0]}:{self.address[1]} is unavailable: {reason}")
+        err = ChannelBroken(f"the channel's peer is unavailable: {reason}")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from serve_app.transport.channel import ChannelBroken, ChannelClient
 
@@ -27,8 +28,13 @@ class ChannelPool:
             client = ChannelClient(address)
             try:
                 await client.connect(self._token)
+            except ChannelBroken:  # the handshake failed
+                raise
             except (OSError, asyncio.TimeoutError) as exc:
-                raise ChannelBroken(f"cannot reach {address[0]}:{address[1]}: {exc}") from None
+                # errno's words only: asyncio's message (str, strerror) names the address
+                errno = getattr(exc, "errno", None)
+                why = os.strerror(errno) if isinstance(errno, int) else type(exc).__name__
+                raise ChannelBroken(f"cannot reach the channel's peer: {why}") from None
             self._clients[address] = client
             return client
 

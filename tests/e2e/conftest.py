@@ -90,12 +90,17 @@ def _ready(http_url: str, ca_file: str | None = None) -> bool:
 
 
 def start_server(
-    tmp_path_factory: pytest.TempPathFactory, repo: pathlib.Path, extra: list[str], tag: str, ca_file: str | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    repo: pathlib.Path,
+    extra: list[str],
+    tag: str,
+    ca_file: str | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> tuple[Server, float]:
     """Start ``python -m serve_app`` (its own Ray) on free ports; returns it once ready, and how long that took."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     log = tmp_path_factory.mktemp(f"{tag}_log") / "server.log"
-    env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1", **(env_extra or {}))
     cmd = [
         sys.executable, "-m", "serve_app",
         "--model-repository", str(repo),

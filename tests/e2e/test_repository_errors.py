@@ -140,8 +140,9 @@ CASES: list[tuple[str, str, Callable[[Server], str]]] = [
        _load(p, f"bad_onnx_{p}", _config(f"bad_onnx_{p}"), {"file:1/model.onnx": GARBAGE})) for p in BOTH),
     ("http-load-files-without-config", "Load parameter 'config' must be specified",
      _load("http", "bad_nocfg", None, {"file:1/model.onnx": GARBAGE})),
-    # a model that fails to initialise (a Python model whose initialize raises)
-    *((f"{p}-load-init-fails", "RuntimeError: this model cannot start", _failing_python(p)) for p in BOTH),
+    # a Python model's code: refused without --allow-model-code-upload (test_security.py loads one with it)
+    *((f"{p}-load-python-code-refused", "start the server with --allow-model-code-upload", _failing_python(p))
+      for p in BOTH),
     # raw bodies: not JSON, the wrong shapes, a file that is not base64
     ("http-load-body-not-json", "failed to parse the request JSON buffer", _raw_http(LOAD, b"{not json")),
     ("http-load-body-list", "expected a JSON object", _raw_http(LOAD, b"[]")),

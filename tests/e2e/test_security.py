@@ -1,8 +1,10 @@
 """TLS on both ports and Triton's restricted APIs on the real server (two gateway replicas, which must agree on
-what is loaded), with stock tritonclient."""
+what is loaded), with stock tritonclient; with --allow-model-code-upload, a Python model's code sent through the
+load API loads and serves (test_repository_errors.py: refused without it)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import grpc
@@ -13,8 +15,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.test_repository_errors import FAILING_PY, FAILING_PY_CONFIG
 from tests.integration.test_security_tls import Pki, _with_cryptography
 from tests.support import example_models
+from tests.support.python_models import ADD_SUB_PY
 
 KEY, SECRET = "admin-key", "s3cret"
 
@@ -35,6 +39,7 @@ def secure_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterato
         "--http-restricted-api", f"model-repository:{KEY}={SECRET}",
         "--grpc-restricted-protocol", f"model-repository:{KEY}={SECRET}",
         "--allow-client-shm",  # test_shared_memory.py: regions registered with one gateway serve the other
+        "--allow-model-code-upload",  # the repository API is restricted: its clients may load model code
     ]  # fmt: skip
     server, _ = start_server(tmp_path_factory, repo, extra, "secure", ca_file=str(pki.ca))
     yield server
@@ -88,3 +93,24 @@ def test_grpc_over_tls_with_a_restricted_repository_api(secure_server: Server, p
     plain = grpcclient.InferenceServerClient(secure_server.grpc_url)
     with pytest.raises(InferenceServerException):
         plain.is_server_live()
+
+
+def test_model_code_uploads_load_with_the_flag(secure_server: Server, pki: Pki) -> None:
+    client = httpclient.InferenceServerClient(secure_server.http_url, ssl=True, ssl_options={"ca_certs": str(pki.ca)})
+    headers = {KEY: SECRET}
+    io = [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("INPUT0", "INPUT1")]
+    config = {"name": "uploaded_py", "backend": "python", "input": io}
+    config["output"] = [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")]
+    files = {"file:1/model.py": ADD_SUB_PY.encode()}
+    client.load_model("uploaded_py", config=json.dumps(config), files=files, headers=headers)
+    try:
+        a = np.ones(16, np.float32)
+        inputs = [httpclient.InferInput("INPUT0", [16], "FP32"), httpclient.InferInput("INPUT1", [16], "FP32")]
+        for i in inputs:
+            i.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("uploaded_py", inputs).as_numpy("OUTPUT0"), a + a)
+    finally:
+        client.unload_model("uploaded_py", headers=headers)
+    failing = json.dumps({"name": "failing_py", **FAILING_PY_CONFIG})
+    with pytest.raises(InferenceServerException, match="RuntimeError: this model cannot start"):
+        client.load_model("failing_py", config=failing, files={"file:1/model.py": FAILING_PY.encode()}, headers=headers)

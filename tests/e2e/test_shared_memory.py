@@ -5,6 +5,7 @@ client, inputs read from them, outputs written into them.  Off by default (the p
 
 from __future__ import annotations
 
+import pathlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -120,6 +121,24 @@ def test_bytes_tensors_in_shared_memory(server: Server) -> None:
         client.unregister_system_shared_memory(f"bytes_{tag}")
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+def test_a_key_that_is_a_symbolic_link_is_refused(server: Server, tmp_path: pathlib.Path) -> None:
+    """As Triton's shm_open: a link under /dev/shm must not let a client read or write the file it names."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 4096)
+    link = pathlib.Path("/dev/shm") / f"serve_app_e2e_link_{uuid.uuid4().hex[:8]}"
+    link.symlink_to(secret)
+    try:
+        with pytest.raises(InferenceServerException, match=f"Unable to open shared memory region: '/{link.name}'"):
+            httpclient.InferenceServerClient(server.http_url).register_system_shared_memory("l", f"/{link.name}", 16)
+        with pytest.raises(InferenceServerException, match=f"Unable to open shared memory region: '/{link.name}'"):
+            grpcclient.InferenceServerClient(server.grpc_url).register_system_shared_memory("l", f"/{link.name}", 16)
+    finally:
+        link.unlink()
+    assert secret.read_bytes() == b"s" * 4096
+    status = httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status()
+    assert "l" not in [region["name"] for region in status]
 
 
 def test_off_unless_allowed(poll_server: Server) -> None:

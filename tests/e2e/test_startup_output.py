@@ -1,17 +1,21 @@
 """What a person reads when the example repository starts: one line per model as it loads, Triton's table of
 models and the ready line; none of Ray's or Serve's INFO logs.  A model that fails to load still says so.  Its own
-server (the example repository and one broken model), stopped before the output is read."""
+server (the example repository and one broken model), stopped before the output is read; it starts its own Ray
+although a dead `ray start` left its address in ray_current_cluster."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 from scripts.gen_example_repo import generate
 from tests.e2e.conftest import Server, start_server, stop_server
+from tests.support.net import free_port
 
 BROKEN = "broken_example"
 # What Ray's and Serve's own logs look like: their INFO records, the "(actor pid=...)" prefix of worker output,
@@ -26,8 +30,17 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
     broken = repo / BROKEN
     shutil.copytree(repo / "add_sub", broken)
     (broken / "config.pbtxt").write_text(f'name: "{BROKEN}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
-    server, _ = start_server(tmp_path_factory, repo, [], "example")
-    stop_server(server)
+    # What a `ray start` that has since died leaves behind: ray_current_cluster naming its head.  Ray's temp
+    # directory here is a short one of the test's own (Ray's socket paths must stay short).
+    ray_tmp = tempfile.mkdtemp(prefix="sa_", dir="/tmp")
+    os.makedirs(os.path.join(ray_tmp, "ray"))
+    with open(os.path.join(ray_tmp, "ray", "ray_current_cluster"), "w") as f:
+        f.write(f"127.0.0.1:{free_port()}\n")
+    try:
+        server, _ = start_server(tmp_path_factory, repo, [], "example", env_extra={"RAY_TMPDIR": ray_tmp})
+        stop_server(server)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     lines = server.log.read_text().splitlines()
     end = next(i for i, line in enumerate(lines) if line.startswith("shutting down"))
     yield server, [*models, BROKEN], lines[:end]

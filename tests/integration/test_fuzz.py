@@ -240,9 +240,9 @@ async def test_invalid_content_length_is_400(server: Server, value: str) -> None
 async def test_default_limits_apply_without_any_wiring(server: Server) -> None:
     app = build_http_app(server[1])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-        resp = await client.post("/v2/repository/index", content=b"{}", headers={"Content-Length": str(2**28 + 1)})
+        resp = await client.post("/v2/repository/index", content=b"{}", headers={"Content-Length": str(2**26 + 1)})
         assert resp.status_code == 413
-        assert "maximum allowed value of 268435456 bytes" in resp.json()["error"]
+        assert "maximum allowed value of 67108864 bytes" in resp.json()["error"]
         deep = await client.post("/v2/repository/index", content=b"[" * 105 + b"]" * 105)
         assert deep.json()["error"].startswith("JSON nesting depth exceeds maximum allowed limit (100)")
         at_limit = await client.post("/v2/repository/index", content=b"[" * 104 + b"]" * 104)

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
 import pathlib
+import uuid
+from collections.abc import Iterator
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -95,3 +98,36 @@ def test_gateways_share_registrations(shm_object: shared_memory.SharedMemory, tm
     assert [r.offset for r in here.status()] == [8]
     here.close(forget=True)
     assert there.status() == []
+
+
+@pytest.fixture
+def shm_entry() -> Iterator[pathlib.Path]:
+    """A fresh name under /dev/shm, removed after the test."""
+    path = pathlib.Path("/dev/shm") / f"serve_app_unit_{uuid.uuid4().hex[:12]}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_a_symbolic_link_is_not_followed(shm_entry: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """As shm_open (O_NOFOLLOW): a link under /dev/shm must not open the file it names."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 4096)
+    shm_entry.symlink_to(secret)
+    shm = SharedMemory(MemoryStore())
+    with pytest.raises(InternalError, match=f"Unable to open shared memory region: '/{shm_entry.name}'"):
+        shm.register("r", f"/{shm_entry.name}", 0, 16)
+    assert shm.status() == [] and secret.read_bytes() == b"s" * 4096
+
+
+def test_a_link_to_a_shared_memory_object_is_not_followed_either(
+    shm_entry: pathlib.Path, shm_object: shared_memory.SharedMemory
+) -> None:
+    shm_entry.symlink_to(pathlib.Path("/dev/shm") / shm_object.name.lstrip("/"))
+    with pytest.raises(InternalError, match="Unable to open shared memory region"):
+        SharedMemory(MemoryStore()).register("r", f"/{shm_entry.name}", 0, 16)
+
+
+def test_only_regular_objects_are_mapped(shm_entry: pathlib.Path) -> None:
+    os.mkfifo(shm_entry)
+    with pytest.raises(InternalError, match="Unable to open shared memory region"):  # and no hang on the FIFO
+        SharedMemory(MemoryStore()).register("r", f"/{shm_entry.name}", 0, 16)

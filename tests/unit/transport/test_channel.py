@@ -8,12 +8,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serve_app.errors import Unavailable
+from serve_app.errors import ResourceExhausted, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
-from serve_app.transport import ChannelClient, ChannelServer
+from serve_app.transport import ChannelClient, ChannelServer, channel, handshake
 from serve_app.transport.channel import encode, read_message
+from serve_app.transport.pool import ChannelPool
+from tests.support.net import free_port
 
 TOKEN = b"0123456789abcdef"
+
+
+async def echo(payload: Any) -> Any:
+    return payload
 
 
 async def start(handler: Any) -> tuple[ChannelServer, tuple[str, int]]:
@@ -78,10 +84,9 @@ async def test_wrong_token_is_dropped() -> None:
 
     server, addr = await start(handler)
     client = ChannelClient(addr)
-    await client.connect(b"wrong-token-0000")
-    with pytest.raises(Unavailable):
-        await asyncio.wait_for(client.call("hello"), timeout=5)
-    assert client.closed
+    with pytest.raises(Unavailable, match="failed the handshake"):
+        await client.connect(b"wrong-token-0000")
+    assert client._writer is None  # nothing could be sent
     server.close()
 
 
@@ -99,11 +104,20 @@ async def test_lost_connection_fails_pending_calls() -> None:
     call = asyncio.ensure_future(client.call("never answered"))
     await started.wait()
     client._writer.transport.abort()  # type: ignore[union-attr]  # the connection drops, as when a replica dies
-    with pytest.raises(Unavailable, match="unavailable"):
+    with pytest.raises(Unavailable, match="unavailable") as lost:
         await asyncio.wait_for(call, timeout=5)
-    with pytest.raises(Unavailable, match="closed"):
+    with pytest.raises(Unavailable, match="closed") as closed:
         await client.call("after")
+    for err in (lost.value, closed.value):  # a client reads these in a 503: no address, no port
+        assert addr[0] not in err.message and str(addr[1]) not in err.message, err.message
     server.close()
+
+
+async def test_an_unreachable_peer_is_reported_without_its_address() -> None:
+    host, port = "127.0.0.1", free_port()  # nothing listens there
+    with pytest.raises(Unavailable, match="cannot reach the channel's peer") as err:
+        await ChannelPool(TOKEN).get((host, port))
+    assert host not in err.value.message and str(port) not in err.value.message, err.value.message
 
 
 async def test_one_way_messages_reach_the_one_way_handler_in_order_with_calls() -> None:
@@ -244,4 +258,92 @@ async def test_a_broken_connection_ends_a_stream_with_an_error() -> None:
     with pytest.raises(Unavailable):
         async for _ in client.stream(None):
             client._fail("test")
+    server.close()
+
+
+async def test_a_server_that_cannot_prove_the_key_gets_no_call() -> None:
+    """A process listening where an instance was, without the key: the client sends nothing but its
+    handshake response and loads nothing."""
+    received = bytearray()
+    done = asyncio.Event()
+
+    async def impostor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(handshake.hello(handshake.new_nonce()))
+        received.extend(await reader.readexactly(handshake.RESPONSE_BYTES))
+        writer.write(bytes(handshake.PROOF_BYTES))  # a proof it can't compute
+        received.extend(await reader.read())  # until the client closes
+        done.set()
+
+    fake = await asyncio.start_server(impostor, "127.0.0.1", 0)
+    port = fake.sockets[0].getsockname()[1]
+    client = ChannelClient(("127.0.0.1", port))
+    with pytest.raises(Unavailable, match="could not prove") as err:
+        await client.connect(TOKEN)
+    assert "127.0.0.1" not in err.value.message
+    await asyncio.wait_for(done.wait(), timeout=30)
+    assert len(received) == handshake.RESPONSE_BYTES and TOKEN not in received
+    fake.close()
+
+
+async def test_a_peer_that_does_not_answer_the_challenge_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(channel, "HANDSHAKE_TIMEOUT_S", 0.2)
+    server, (host, port) = await start(echo)
+    reader, writer = await asyncio.open_connection(host, port)
+    assert (await reader.readexactly(handshake.HELLO_BYTES)).startswith(handshake.MAGIC)
+    assert await asyncio.wait_for(reader.read(), timeout=30) == b""  # closed by the server, nothing sent
+    writer.close()
+    server.close()
+
+
+async def test_a_wrong_answer_is_closed_at_once() -> None:
+    server, (host, port) = await start(echo)
+    reader, writer = await asyncio.open_connection(host, port)
+    await reader.readexactly(handshake.HELLO_BYTES)
+    writer.write(bytes(handshake.RESPONSE_BYTES))
+    assert await asyncio.wait_for(reader.read(), timeout=30) == b""
+    writer.close()
+    server.close()
+
+
+async def test_unauthenticated_connections_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(channel, "MAX_UNAUTHENTICATED", 2)
+    server, (host, port) = await start(echo)
+    silent = [await asyncio.open_connection(host, port) for _ in range(2)]
+    for reader, _ in silent:  # each got its challenge and holds its place
+        await reader.readexactly(handshake.HELLO_BYTES)
+    reader, writer = await asyncio.open_connection(host, port)
+    assert await asyncio.wait_for(reader.read(), timeout=30) == b""  # the third is closed without a challenge
+    writer.close()
+    for _, w in silent:
+        w.close()
+    client = ChannelClient((host, port))  # the silent ones gone, a real client gets in
+    for _ in range(200):
+        if server.unauthenticated == 0:
+            break
+        await asyncio.sleep(0.05)
+    await client.connect(TOKEN)
+    assert await client.call("hi") == "hi"
+    client.close()
+    server.close()
+
+
+async def test_a_frame_over_the_limit_is_refused_before_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(channel, "MAX_FRAME_BYTES", 1024)
+    reader = asyncio.StreamReader()
+    reader.feed_data(channel._HEAD.pack(2000, 0))  # announces 2000 bytes; none follow
+    with pytest.raises(channel.FrameTooLarge):
+        await read_message(reader)
+    with pytest.raises(ResourceExhausted):
+        encode(("x" * 2000,))
+
+
+async def test_a_call_over_the_limit_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    server, addr = await start(echo)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    monkeypatch.setattr(channel, "MAX_FRAME_BYTES", 4096)
+    with pytest.raises(ResourceExhausted):
+        await client.call(b"x" * 8192)
+    assert await client.call(b"small") == b"small" and not client.closed
+    client.close()
     server.close()
