@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from serve_app.errors import InvalidArgument
-from serve_app.grpc_server.server import grpc_credentials
+from serve_app.grpc_server.server import grpc_ssl_context
 from serve_app.http_server.server import uvicorn_tls_options
 from serve_app.security.tls import TlsSettings, optional_tls
 
@@ -56,7 +56,7 @@ def test_not_pem(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="do not load as a PEM"):
         uvicorn_tls_options(TlsSettings(str(junk), str(junk)))
     with pytest.raises(InvalidArgument, match="do not load as a PEM"):
-        grpc_credentials(TlsSettings(str(junk), str(junk)))
+        grpc_ssl_context(TlsSettings(str(junk), str(junk)))
 
 
 def test_client_certificates_need_a_ca(tmp_path: Path) -> None:
