@@ -58,6 +58,30 @@ class _Contract(Exception):
     pass
 
 
+# What a model's code may raise that becomes a model error: ``SystemExit`` too (``unittest.main()``,
+# ``argparse`` and ``sys.exit`` inside a model), as Triton's stub catches every Python exception.
+MODEL_ERRORS = (Exception, SystemExit)
+
+# ``sys.argv`` in Triton's stub: an embedded interpreter started without arguments.
+STUB_ARGV = [""]
+
+
+class _Exited(Exception):
+    """A ``SystemExit`` of an ``async def`` model, carried as an ordinary exception: asyncio lets a
+    ``SystemExit`` through its event loop, which would stop the instance's loop for good."""
+
+    def __init__(self, exc: SystemExit) -> None:
+        super().__init__(str(exc))
+        self.original = exc
+
+
+async def _no_exit(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coro
+    except SystemExit as exc:
+        raise _Exited(exc) from None
+
+
 # Frames of ours and of the standard library are not the model's: left out of its error text.
 _OURS = (str(Path(__file__).resolve().parents[2]), sysconfig.get_paths()["stdlib"])
 
@@ -66,14 +90,20 @@ def describe(exc: BaseException) -> str:
     """Triton's text for a Python exception: ``<Type>: <message>``, then where it was raised."""
     if isinstance(exc, _Contract):
         return str(exc)
+    if isinstance(exc, _Exited):
+        exc = exc.original
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OURS)]
     at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{type(exc).__name__}: {exc}\n\nAt:\n{at}" if at else f"{type(exc).__name__}: {exc}"
 
 
 def install_utils_module() -> None:
-    """Make ``import triton_python_backend_utils`` find our implementation."""
+    """Make ``import triton_python_backend_utils`` find our implementation, and give model code the
+    ``sys.argv`` it has under Triton (not the hosting process's: a model calling ``unittest.main()`` or
+    ``argparse`` parses it)."""
     sys.modules.setdefault(MODULE_NAME, pb_utils)
+    if sys.argv != STUB_ARGV:
+        sys.argv = list(STUB_ARGV)
 
 
 def load_model_module(model_file: Path, unique: str) -> ModuleType:
@@ -192,7 +222,7 @@ class PythonBackend(Backend):
             self._module = load_model_module(ctx.model_file, unique)
             model_class = self._module.TritonPythonModel
             self.model = model_class()
-        except Exception as exc:
+        except MODEL_ERRORS as exc:
             raise InternalError(describe(exc)) from None
         if not callable(getattr(self.model, "execute", None)):
             raise InternalError(f"Python model {ctx.model_file} does not implement `execute` method.")
@@ -209,7 +239,7 @@ class PythonBackend(Backend):
         if initialize is not None:
             try:
                 self._call(self._base, initialize, args)
-            except Exception as exc:
+            except MODEL_ERRORS as exc:
                 self._stop_loop()
                 raise InternalError(describe(exc)) from None
 
@@ -223,7 +253,7 @@ class PythonBackend(Backend):
             if asyncio.iscoroutine(result):
                 if self._loop is None:
                     self._loop = _LoopThread(f"{self.instance_name}-async")
-                future = self._loop.submit(result)
+                future = self._loop.submit(_no_exit(result))
                 return future.result() if wait else future
             return result
         finally:
@@ -306,7 +336,7 @@ class PythonBackend(Backend):
         try:
             returned = self._call(self._exec_context, self.model.execute, requests)
             return self._collect(returned, requests, parts, answers_sent)
-        except Exception as exc:
+        except MODEL_ERRORS as exc:
             error = self._failure(exc)
             return [
                 _to_part(sent, self._wanted(part)) if sent is not None else PartResult(error=error)
@@ -393,7 +423,7 @@ class PythonBackend(Backend):
                 )
             if returned is not None:
                 returned.add_done_callback(_after_async(streams, self._failure, self.instance_name))
-        except Exception as exc:
+        except MODEL_ERRORS as exc:
             error = self._failure(exc)
             for stream in streams:
                 stream.fail(error)
@@ -406,7 +436,7 @@ class PythonBackend(Backend):
             return True
         try:
             return bool(self._call(self._base, hook))
-        except Exception:
+        except MODEL_ERRORS:
             return False
 
     def close(self) -> None:
@@ -414,7 +444,7 @@ class PythonBackend(Backend):
         if finalize is not None:
             try:
                 self._call(self._base, finalize)
-            except Exception as exc:
+            except MODEL_ERRORS as exc:
                 logger.warning("finalize of %s raised: %s", self.instance_name, describe(exc))
         self._stop_loop()
 

@@ -1,0 +1,119 @@
+"""What a model sees of its process as under Triton's stub: ``sys.argv``, and ``SystemExit`` as a model error.
+
+Triton's stub is an embedded interpreter started without arguments (``sys.argv == ['']``) and catches
+every Python exception, ``SystemExit`` included: a model that calls ``unittest.main()`` or
+``argparse`` works, and one that exits fails its load or its batch instead of hanging its instance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serve_app.errors import InternalError
+from tests.unit.backends.python.conftest import INSTANCE, Factory
+from tests.unit.backends.python.test_backend import execution, part
+
+FAILED = f"Failed to process the request(s) for model '{INSTANCE}', message: "
+
+ARGV_PY = """
+import argparse
+import sys
+import unittest
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class Check(unittest.TestCase):
+    def test_nothing(self):
+        self.assertTrue(True)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.argv = list(sys.argv)
+        self.parsed = vars(argparse.ArgumentParser().parse_args())
+        self.mode = "ok"
+
+    def execute(self, requests):
+        if self.mode == "exit":
+            sys.exit(3)
+        if self.mode == "argparse":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--needed", required=True)
+            parser.parse_args()
+        # As Triton's QA models do: the test run's outcome is the response.
+        result = unittest.main("model", exit=False).result
+        ok = np.array([result.wasSuccessful()], dtype=bool)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", ok)]) for _ in requests]
+"""
+
+ASYNC_EXIT_PY = """
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        if requests[0].request_id() == "exit":
+            sys.exit("bye")
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.zeros(4, np.float32))]) for _ in requests]
+"""
+
+
+def test_model_sees_the_stubs_argv(make: Factory) -> None:
+    backend = make(ARGV_PY)
+    assert backend.model.argv == [""]
+    assert backend.model.parsed == {}
+    (result,) = backend.execute_parts({}, execution(part(1.0)))
+    assert result.error is None
+    assert result.outputs["OUTPUT0"].tolist() == [True]
+
+
+@pytest.mark.parametrize(("mode", "message"), [("exit", "SystemExit: 3"), ("argparse", "SystemExit: 2")])
+def test_system_exit_in_execute_fails_the_batch(make: Factory, mode: str, message: str) -> None:
+    backend = make(ARGV_PY)
+    backend.model.mode = mode
+    results = backend.execute_parts({}, execution(part(1.0), part(2.0)))
+    for result in results:
+        assert isinstance(result.error, InternalError)
+        assert result.error.message.startswith(FAILED + message)
+    backend.model.mode = "ok"
+    (again,) = backend.execute_parts({}, execution(part(1.0)))
+    assert again.error is None
+
+
+def test_system_exit_in_initialize_fails_the_load(make: Factory) -> None:
+    code = """
+    import sys
+
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            sys.exit("no config")
+
+        def execute(self, requests):
+            return []
+    """
+    with pytest.raises(InternalError) as err:
+        make(code)
+    assert err.value.message.startswith("SystemExit: no config")
+
+
+def test_system_exit_at_import_fails_the_load(make: Factory) -> None:
+    with pytest.raises(InternalError) as err:
+        make("import sys\nsys.exit(4)\n")
+    assert err.value.message.startswith("SystemExit: 4")
+
+
+def test_system_exit_in_async_execute_leaves_its_loop_serving(make: Factory) -> None:
+    backend = make(ASYNC_EXIT_PY)
+    (failed,) = backend.execute_parts({}, execution(part(1.0, rid="exit")))
+    assert isinstance(failed.error, InternalError)
+    assert failed.error.message.startswith(FAILED + "SystemExit: bye")
+    (served,) = backend.execute_parts({}, execution(part(1.0)))
+    assert served.error is None
+    np.testing.assert_array_equal(served.outputs["OUTPUT0"], np.zeros(4, np.float32))
