@@ -577,7 +577,7 @@ class InferenceRequest:
         request = cls(
             request_id=request_id,
             correlation_id=correlation_id,
-            inputs=[Tensor(name, array) for name, array in inputs.items()],
+            inputs=[Tensor(name, _writable(array)) for name, array in inputs.items()],
             requested_output_names=list(requested),
             flags=flags,
             timeout=timeout_us,
@@ -588,6 +588,12 @@ class InferenceRequest:
     def attach(self, sender: InferenceResponseSender, cancelled: Callable[[], bool]) -> None:
         self._sender = sender
         self._cancelled = cancelled
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    """An input as Triton's stub hands it over: a writable array of the model's own (models write into
+    their inputs, and DLPack exports only writable memory).  A read-only one is copied."""
+    return array if array.flags.writeable else array.copy()
 
 
 def _cancel(future: Any) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from serve_app.errors import InternalError
+from serve_app.inference.execution import RequestPart
 from tests.unit.backends.python.conftest import INSTANCE, Factory
 from tests.unit.backends.python.test_backend import execution, part
 
@@ -117,3 +118,32 @@ def test_system_exit_in_async_execute_leaves_its_loop_serving(make: Factory) -> 
     (served,) = backend.execute_parts({}, execution(part(1.0)))
     assert served.error is None
     np.testing.assert_array_equal(served.outputs["OUTPUT0"], np.zeros(4, np.float32))
+
+
+DLPACK_IDENTITY_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            tensor.as_numpy()[0] += 100  # inputs are the model's own to write into
+            out = pb_utils.Tensor.from_dlpack("OUTPUT0", tensor.to_dlpack())
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
+
+def test_read_only_inputs_reach_the_model_writable(make: Factory) -> None:
+    """Inputs decoded from a request body are read-only views of it; the model gets arrays of its own."""
+    backend = make(DLPACK_IDENTITY_PY)
+    body = np.arange(4, dtype=np.float32).tobytes()
+    data = np.frombuffer(body, dtype=np.float32)
+    assert not data.flags.writeable
+    request = RequestPart(1, ("OUTPUT0",), "", {}, inputs={"INPUT0": data})
+    (result,) = backend.execute_parts({}, execution(request))
+    assert result.error is None
+    assert result.outputs["OUTPUT0"].tolist() == [100.0, 1.0, 2.0, 3.0]
+    assert data.tolist() == [0.0, 1.0, 2.0, 3.0]
