@@ -419,11 +419,11 @@ class InferenceRequest:
 
     def __init__(
         self,
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         inputs: list[Tensor] | None = None,
-        requested_output_names: list[str] | None = None,
-        model_name: str | None = None,
+        requested_output_names: list[str] | list[bytes] | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -431,9 +431,11 @@ class InferenceRequest:
         trace: Any = None,
         parameters: Any = None,
     ) -> None:
+        request_id = _text(request_id)
+        model_name = None if model_name is None else _text(model_name)
         if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
             raise TritonModelException("Correlation ID must be integer or string")
-        self._id = request_id
+        self._id: str = request_id
         self._correlation_id = correlation_id
         self._inputs = list(inputs or [])
         for t in self._inputs:
@@ -442,15 +444,15 @@ class InferenceRequest:
                     f"Input tensor for request with id '{request_id}' and model name '{model_name}' should not be "
                     "empty."
                 )
-        names = list(requested_output_names or [])
+        names = [_text(n) for n in requested_output_names or []]
         for name in names:
             if not name:
                 raise TritonModelException(
                     f"Requested output name for request with id '{request_id}' and model name '{model_name}' "
                     "should not be empty."
                 )
-        self._requested = names
-        self._model_name = model_name
+        self._requested: list[str] = names
+        self._model_name: str | None = model_name
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -588,6 +590,11 @@ class InferenceRequest:
     def attach(self, sender: InferenceResponseSender, cancelled: Callable[[], bool]) -> None:
         self._sender = sender
         self._cancelled = cancelled
+
+
+def _text(value: str | bytes) -> str:
+    """A string argument as Triton's bindings take it: ``bytes`` are accepted as the text they encode."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _writable(array: np.ndarray) -> np.ndarray:

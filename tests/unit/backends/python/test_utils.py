@@ -497,3 +497,14 @@ def test_model_control_outside_the_server_is_refused() -> None:
     assert model_exception(pb_utils.load_model, "x").startswith("load_model is only available")
     assert model_exception(pb_utils.is_model_ready, "x").startswith("is_model_ready is only available")
     assert model_exception(pb_utils.unload_model, "x").startswith("unload_model is only available")
+
+
+def test_bls_request_takes_bytes_for_its_strings() -> None:
+    """Triton's bindings take ``bytes`` wherever a string goes: ``model_name=b"add_sub"`` names add_sub."""
+    x = pb_utils.Tensor("x", np.zeros(1, np.float32))
+    request = pb_utils.InferenceRequest(
+        model_name=b"add_sub", request_id=b"r", requested_output_names=[b"y"], inputs=[x]
+    )
+    assert (request.request_id(), request.requested_output_names()) == ("r", {"y"})
+    sent = request._to_infer_request()
+    assert (sent.model_name, sent.id, [o.name for o in sent.outputs]) == ("add_sub", "r", ["y"])
