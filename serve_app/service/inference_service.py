@@ -153,7 +153,7 @@ class InferenceService:
         return ModelMetadata(
             name=name,
             versions=versions,
-            platform=model.config.platform,
+            platform=model.config.platform or model.config.backend,  # Triton's: the backend's name without one
             inputs=_tensor_metadata(sig, outputs=False),
             outputs=_tensor_metadata(sig, outputs=True),
         )

@@ -64,7 +64,8 @@ def _escape(value: str) -> str:
 
 
 def _sample(name: str, labels: Mapping[str, str], value: int) -> str:
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    """One sample, its labels in name order as Triton's exporter writes them (scrapers' regexes rely on it)."""
+    inner = ",".join(f'{k}="{_escape(labels[k])}"' for k in sorted(labels))
     return f"{name}{{{inner}}} {value}"
 
 

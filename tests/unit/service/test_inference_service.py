@@ -336,3 +336,15 @@ async def test_load_and_unload_need_a_repository_control(service: InferenceServi
         await service.repository_load("m", LoadParameters())
     with pytest.raises(Unavailable, match=NO_MODEL_CONTROL):
         await service.repository_unload("m", False)
+
+
+def test_model_metadata_platform_is_the_backend_for_a_backend_model() -> None:
+    """Triton's metadata: the config's platform, else its backend (a Python model says "python")."""
+    svc = make_service(
+        ServedModel.create("py", 1, config("py", 'backend: "python"')),
+        ServedModel.create("e", 1, ensemble_config()),
+        ServedModel.create("m", 1, config()),
+    )
+    assert svc.model_metadata("py").platform == "python"
+    assert svc.model_metadata("e").platform == "ensemble"
+    assert svc.model_metadata("m").platform == ""
