@@ -93,10 +93,11 @@ class ModelReplica:
     async def __del__(self) -> None:
         """Stopping (scaled down, reloaded or unloaded): finish the batches in progress and, when only
         scaled down, let live sequences end; new batches are refused with Draining, which gateways
-        send to another instance."""
+        send to another instance.  Then the instance closes (a Python model's ``finalize``), off the loop."""
         await self.one.stop(time.monotonic() + GRACEFUL_WAIT_S)
         if self._channel is not None:
             self._channel.close()
+        await asyncio.to_thread(self.one.close)
 
     async def channel_address(self) -> tuple[str, int] | None:
         """Where the gateway can reach ``execute`` directly (opened on first ask); None without a token."""
