@@ -40,7 +40,7 @@ import numpy as np
 
 from serve_app.backends.base import Backend, BackendContext
 from serve_app.backends.python import utils as pb_utils
-from serve_app.backends.python.context import CURRENT, ModelContext, ServerLink
+from serve_app.backends.python.context import CURRENT, ModelContext, ServerLink, serving, stopped
 from serve_app.backends.python.environment import add_execution_env
 from serve_app.config.json_format import config_to_json
 from serve_app.errors import InternalError, ServeError
@@ -213,6 +213,7 @@ class PythonBackend(Backend):
             ctx.model_name, str(ctx.model_file.parent), self.instance_name, link, ctx.loop, in_execute=True
         )
         self._loop: _LoopThread | None = None
+        self._closed = False
         if not ctx.model_file.is_file():
             raise InternalError(f"{ctx.model_file.name} does not exist in the model repository path: {ctx.model_file}")
         add_execution_env(config, model_dir)
@@ -242,6 +243,7 @@ class PythonBackend(Backend):
             except MODEL_ERRORS as exc:
                 self._stop_loop()
                 raise InternalError(describe(exc)) from None
+        serving(self._exec_context)
 
     # -- calling into the model -------------------------------------------------------------
     def _call(self, context: ModelContext, fn: Callable[..., Any], *args: Any, wait: bool = True) -> Any:
@@ -440,6 +442,11 @@ class PythonBackend(Backend):
             return False
 
     def close(self) -> None:
+        """``finalize`` once: its instance no longer serves its own threads' BLS calls from here on."""
+        if self._closed:
+            return
+        self._closed = True
+        stopped(self._exec_context)
         finalize = getattr(self.model, "finalize", None)
         if finalize is not None:
             try:

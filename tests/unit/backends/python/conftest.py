@@ -47,6 +47,8 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Factory]:
         extra: str = "",
         device_kind: str = "KIND_CPU",
         gpu_ids: tuple[int, ...] = (),
+        server_link: object = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> PythonBackend:
         model_file = model_path(tmp_path)
         model_file.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +69,8 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Factory]:
             device_kind=device_kind,
             gpu_ids=gpu_ids,
             instance_name=INSTANCE,
+            server_link=server_link,
+            loop=loop,
         )
         backend = PythonBackend(ctx)
         made.append(backend)

@@ -7,11 +7,16 @@ every Python exception, ``SystemExit`` included: a model that calls ``unittest.m
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import numpy as np
 import pytest
 
+from serve_app.backends.python import utils as pb_utils
 from serve_app.errors import InternalError
 from serve_app.inference.execution import RequestPart
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from tests.unit.backends.python.conftest import INSTANCE, Factory
 from tests.unit.backends.python.test_backend import execution, part
 
@@ -147,3 +152,74 @@ def test_read_only_inputs_reach_the_model_writable(make: Factory) -> None:
     assert result.error is None
     assert result.outputs["OUTPUT0"].tolist() == [100.0, 1.0, 2.0, 3.0]
     assert data.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+BLS_IN_THREAD_PY = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.early = None
+
+    def call(self, value, out):
+        request = pb_utils.InferenceRequest(
+            model_name="other",
+            requested_output_names=["OUT"],
+            inputs=[pb_utils.Tensor("IN", np.array([value], np.float32))],
+        )
+        try:
+            out.append(request.exec())
+        except pb_utils.TritonModelException as exc:
+            out.append(exc)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            out = []
+            worker = threading.Thread(target=self.call, args=(float(x[0]), out))
+            worker.start()
+            worker.join()
+            result = pb_utils.get_output_tensor_by_name(out[0], "OUT").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", result)]))
+        return responses
+
+    def finalize(self):
+        self.late = []
+        worker = threading.Thread(target=self.call, args=(1.0, self.late))
+        worker.start()
+        worker.join()
+"""
+
+
+class DoublingLink:
+    """A server whose one model, ``other``, doubles ``IN`` into ``OUT``."""
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        (tensor,) = request.inputs
+        out = InferTensor("OUT", "FP32", tensor.shape, np.asarray(tensor.data) * 2)
+        return InferResponse(request.model_name, "1", outputs=[out])
+
+
+def test_bls_from_a_thread_the_model_starts(make: Factory) -> None:
+    """Triton serves BLS from any thread of the model's between initialize and finalize; not after."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        backend = make(BLS_IN_THREAD_PY, server_link=DoublingLink(), loop=loop)
+        (result,) = backend.execute_parts({}, execution(part(3.0)))
+        assert result.error is None
+        assert result.outputs["OUTPUT0"].tolist() == [6.0]
+        backend.close()
+        (late,) = backend.model.late
+        assert isinstance(late, pb_utils.TritonModelException)
+        assert str(late) == "BLS is only supported during the 'execute' function."
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(timeout=10)
+        loop.close()
