@@ -66,7 +66,7 @@ class ModelManager:
         quiet_router(settings)
         self._token = token
         self._router = router
-        self._repo = ModelRepository(settings.model_repository)
+        self._repo = ModelRepository(settings.model_repository, complete=not settings.strict_model_config)
         self.mode = parse_control_mode(settings.model_control_mode)
         self.control = ModelControl(self._repo, self.mode, settings.load_model)
         self._scaling_overrides: dict[str, dict[str, Any]] = (

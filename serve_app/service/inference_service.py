@@ -105,13 +105,16 @@ class InferenceService:
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
         diagnostics: Diagnostics | None = None,
+        strict_readiness: bool = False,
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
         process's schedulers; a host with several front-end processes adds theirs up).  ``shared_memory``:
         the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
-        the trace and log settings (default: tracing off, settings changed in this process only)."""
+        the trace and log settings (default: tracing off, settings changed in this process only).
+        ``strict_readiness``: Triton's, ready only while every model is READY (see :meth:`ready`)."""
+        self.strict_readiness = strict_readiness
         self.registry = registry
         self.executor = executor
         self.repository = repository
@@ -133,8 +136,17 @@ class InferenceService:
         return True
 
     def ready(self) -> bool:
-        """Ready while accepting and no served model is still loading."""
-        return self.accepting and all(m.state is not ModelState.LOADING for m in self.registry.all_models())
+        """Ready while accepting and no served model is still loading; with strict readiness (Triton's
+        default), only while every model is READY: one that failed to load, or is unavailable, counts too."""
+        if not self.accepting:
+            return False
+        models = self.registry.all_models()
+        if self.strict_readiness:
+            failed = any(
+                self.registry.failed(n) is not None and not self.registry.versions(n) for n in self.registry.names()
+            )
+            return not failed and all(m.state is ModelState.READY for m in models)
+        return all(m.state is not ModelState.LOADING for m in models)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:

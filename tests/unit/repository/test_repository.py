@@ -296,3 +296,14 @@ def test_model_source_pickles(root: Path) -> None:
     clone = pickle.loads(pickle.dumps(source))
     assert clone.config == source.config
     assert clone.versions == source.versions
+
+
+def test_strict_model_config_completes_no_inputs_or_outputs(root: Path) -> None:
+    """Triton's --strict-model-config: the model file is not read for the config; its platform still is."""
+    strict = ModelRepository(root, complete=False)
+    source = strict.load("add_sub")
+    assert [i.name for i in source.config.input] == ["INPUT0", "INPUT1"]
+    assert source.config.backend == "onnxruntime"
+    ident = strict.load("ident").config
+    assert (ident.platform, len(ident.input), len(ident.output), ident.max_batch_size) == ("onnxruntime_onnx", 0, 0, 0)
+    assert [i.name for i in ModelRepository(root).load("ident").config.input] == ["x"]

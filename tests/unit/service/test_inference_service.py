@@ -160,6 +160,21 @@ def test_ready_waits_for_loading_models() -> None:
     assert svc.ready()
 
 
+def test_strict_readiness_needs_every_model_ready() -> None:
+    """Triton's --strict-readiness: a model that failed to load, or a version not READY, makes the server not
+    ready; without it, a failed model does not."""
+    model = ServedModel.create("m", 1, config())
+    strict = make_service(model, strict_readiness=True)
+    relaxed = make_service(model)
+    assert strict.ready() and relaxed.ready()
+    model.state = ModelState.UNAVAILABLE
+    assert not strict.ready() and relaxed.ready()
+    model.state = ModelState.READY
+    for svc in (strict, relaxed):
+        svc.registry.add_failed(FailedModel("broken", "bad config"))
+    assert not strict.ready() and relaxed.ready()
+
+
 # -- infer() ----------------------------------------------------------------------------------------
 async def test_infer_runs_the_version_on_the_executor(service: InferenceService, executor: FakeExecutor) -> None:
     response = await service.infer(service.model("m"), request(value=3.0))
