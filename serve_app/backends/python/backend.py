@@ -107,19 +107,27 @@ def install_utils_module() -> None:
 
 
 def load_model_module(model_file: Path, unique: str) -> ModuleType:
-    """Import ``model.py`` (its version directory on ``sys.path``, so it can import its neighbours)."""
+    """Import ``model.py`` as Triton does, as a module of its version directory's package (so relative
+    imports of its neighbours work: ``from .helpers import x``), with the version directory on
+    ``sys.path`` too (so do plain ``import helpers``).  ``unique`` names the package in this process."""
     version_dir = str(model_file.parent)
     if version_dir not in sys.path:
         sys.path.insert(0, version_dir)
-    spec = importlib.util.spec_from_file_location(unique, model_file)
+    package = ModuleType(unique)
+    package.__path__ = [version_dir]
+    package.__package__ = unique
+    name = f"{unique}.{model_file.stem}"
+    spec = importlib.util.spec_from_file_location(name, model_file)
     if spec is None or spec.loader is None:
         raise InternalError(f"can't import {model_file}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[unique] = module
+    sys.modules[unique] = package
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        sys.modules.pop(unique, None)
+        for key in [k for k in sys.modules if k == unique or k.startswith(unique + ".")]:
+            sys.modules.pop(key, None)
         raise
     return module
 

@@ -8,6 +8,7 @@ every Python exception, ``SystemExit`` included: a model that calls ``unittest.m
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import threading
 
 import numpy as np
@@ -223,3 +224,31 @@ def test_bls_from_a_thread_the_model_starts(make: Factory) -> None:
         loop.call_soon_threadsafe(loop.stop)
         runner.join(timeout=10)
         loop.close()
+
+
+def test_model_py_imports_its_neighbours_relatively_and_absolutely(make: Factory, tmp_path: pathlib.Path) -> None:
+    """Triton imports model.py as a module of its version directory's package: a model split over files."""
+    version_dir = tmp_path / "m" / "1"
+    version_dir.mkdir(parents=True)
+    (version_dir / "scaling.py").write_text("FACTOR = 3.0\n")
+    (version_dir / "offsets.py").write_text("OFFSET = 1.0\n")
+    code = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    import offsets
+
+    from .scaling import FACTOR
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x * FACTOR + offsets.OFFSET)]))
+            return out
+    """
+    (result,) = make(code).execute_parts({}, execution(part(2.0)))
+    assert result.error is None
+    assert result.outputs["OUTPUT0"].tolist() == [7.0] * 4
