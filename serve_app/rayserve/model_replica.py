@@ -21,6 +21,7 @@ import uuid
 from serve_app.hosting import HostedInstance, InstanceHost, InstanceLoad
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.keys import ModelKey
+from serve_app.logs import python_logging
 from serve_app.placement import InstanceSpec
 from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.runtime import ModelInstance
@@ -46,6 +47,7 @@ class ModelReplica:
         """``server_app``: the server's Serve application, whose gateways answer a Python model's BLS calls."""
         # Devices first, before anything can initialise CUDA in this process.
         spec = spec or InstanceSpec(model_name)
+        python_logging.install_from_env()  # the model's log (pb_utils.Logger) as the server's settings say
         gpu_ids = set_visible_devices(kind, spec.device)
         self._spec = spec
         self._kind = kind

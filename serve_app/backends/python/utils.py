@@ -25,6 +25,7 @@ from serve_app.backends.python.context import current
 from serve_app.backends.python.model_config import ModelConfig
 from serve_app.errors import ErrorCode, ServeError, error_of
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from serve_app.logs.python_logging import LOGGER
 
 __all__ = [
     "TRITONSERVER_MEMORY_CPU",
@@ -92,7 +93,7 @@ _RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
 
-logger = logging.getLogger("ray.serve")
+model_logger = logging.getLogger(LOGGER)
 
 
 # -- errors -------------------------------------------------------------------------------------------
@@ -696,7 +697,9 @@ def get_model_dir() -> str:
 
 
 class Logger:
-    """Triton's model logger: records go to the server's log with the model's name."""
+    """Triton's model logger: records go to the server's log (the ``serve_app`` logger, in Triton's
+    format, its kinds switched on and off by the log settings) with the model's name, from where the
+    model called it."""
 
     INFO = logging.INFO
     WARNING = logging.WARNING
@@ -705,25 +708,30 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: int = logging.INFO) -> None:
-        ctx = current()
-        prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
-        logger.log(level, "%s%s", prefix, message)
+        _model_log(message, level)
 
     @staticmethod
     def log_info(message: str) -> None:
-        Logger.log(message, Logger.INFO)
+        _model_log(message, Logger.INFO)
 
     @staticmethod
     def log_warn(message: str) -> None:
-        Logger.log(message, Logger.WARNING)
+        _model_log(message, Logger.WARNING)
 
     @staticmethod
     def log_error(message: str) -> None:
-        Logger.log(message, Logger.ERROR)
+        _model_log(message, Logger.ERROR)
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        Logger.log(message, Logger.VERBOSE)
+        _model_log(message, Logger.VERBOSE)
+
+
+def _model_log(message: str, level: int) -> None:
+    ctx = current()
+    prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
+    # stacklevel 3: the record names the model's line that called Logger, not this module's
+    model_logger.log(level, "%s%s", prefix, message, stacklevel=3)
 
 
 def _control(call: Callable[[Any], Any], what: str) -> Any:

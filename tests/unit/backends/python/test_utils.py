@@ -28,6 +28,8 @@ from serve_app.errors import (
     Unavailable,
     Unsupported,
 )
+from serve_app.logs import LogSettings
+from serve_app.logs.python_logging import LOGGER, apply
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -467,11 +469,11 @@ class Records(logging.Handler):
 
 
 def test_logger_logs_and_never_raises() -> None:
-    """Records go to the server's log (``ray.serve``, which Ray keeps from propagating), named by model."""
-    log = logging.getLogger("ray.serve")
+    """Records go to the server's log (the ``serve_app`` logger), named by model, from the model's own line."""
+    log = logging.getLogger(LOGGER)
     handler, level = Records(), log.level
     log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
+    apply(LogSettings(log_verbose_level=1))  # verbose messages too
     try:
         pb_utils.Logger.log("plain")
         pb_utils.Logger.log_verbose("verbose")
@@ -481,6 +483,7 @@ def test_logger_logs_and_never_raises() -> None:
             pb_utils.Logger.log_error("error")
             pb_utils.Logger.log("custom", pb_utils.Logger.WARNING)
     finally:
+        apply(LogSettings())
         log.removeHandler(handler)
         log.setLevel(level)
     assert [(r.levelno, r.getMessage()) for r in handler.records] == [
@@ -491,6 +494,7 @@ def test_logger_logs_and_never_raises() -> None:
         (logging.ERROR, "model 'm': error"),
         (logging.WARNING, "model 'm': custom"),
     ]
+    assert {r.filename for r in handler.records} == {"test_utils.py"}
 
 
 def test_model_control_outside_the_server_is_refused() -> None:
