@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serve_app.errors import ServeError
+from serve_app.inference.custom_metrics import Snapshot
 from serve_app.inference.types import ParamValue
 from serve_app.tracing import TraceLink
 
@@ -74,3 +75,5 @@ class ExecutionResult:
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     parts: list[PartResult] | None = None  # one per ``Execution.parts``, when the backend answers them one by one
+    # The instance process's custom metrics (a Python model's MetricFamily), carried to the gateway
+    custom_metrics: Snapshot | None = None

@@ -19,6 +19,8 @@ from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
 from serve_app.errors import InvalidArgument, Unavailable, Unsupported
 from serve_app.inference.classification import apply_classification
+from serve_app.inference.custom_metrics import Collected
+from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
@@ -115,6 +117,7 @@ class InferenceService:
         the trace and log settings (default: tracing off, settings changed in this process only).
         ``strict_readiness``: Triton's, ready only while every model is READY (see :meth:`ready`)."""
         self.strict_readiness = strict_readiness
+        self.custom_metrics = Collected()  # what models' own metric families last reported
         self.registry = registry
         self.executor = executor
         self.repository = repository
@@ -306,13 +309,21 @@ class InferenceService:
             sched = ModelScheduler(
                 model.config,
                 model.signature,
-                functools.partial(self.executor.execute, model.key),
+                functools.partial(self._execute, model.key),
                 capacity=self.executor.capacity(model.key),
                 max_queued=self.max_queued,
                 per_request=model.config.backend in PER_REQUEST_BACKENDS,
             )
         model.scheduler = sched
         return sched
+
+    async def _execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]:
+        """The executor's results, the custom metrics they carry kept for the metrics port."""
+        results = await self.executor.execute(key, executions)
+        for result in results:
+            if result.custom_metrics is not None:
+                self.custom_metrics.record(result.custom_metrics)
+        return results
 
     def set_capacity(self, key: ModelKey, capacity: int) -> None:
         """The version's instance count changed (autoscaling): its batcher may keep that many calls in flight."""

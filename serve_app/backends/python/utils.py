@@ -24,6 +24,8 @@ from serve_app import datatypes
 from serve_app.backends.python.context import current
 from serve_app.backends.python.model_config import ModelConfig
 from serve_app.errors import ErrorCode, ServeError, error_of
+from serve_app.inference import custom_metrics
+from serve_app.inference.custom_metrics import Labels
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from serve_app.logs.python_logging import LOGGER
 
@@ -732,6 +734,68 @@ def _model_log(message: str, level: int) -> None:
     prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
     # stacklevel 3: the record names the model's line that called Logger, not this module's
     model_logger.log(level, "%s%s", prefix, message, stacklevel=3)
+
+
+# -- custom metrics -----------------------------------------------------------------------------------------
+class Metric:
+    """One labelled series of a :class:`MetricFamily` (``family.Metric(labels=..., buckets=...)``)."""
+
+    def __init__(self, family: str, labels: Labels) -> None:
+        self._family = family
+        self._labels = labels
+
+    def increment(self, value: float) -> None:
+        _metric_call("Failed to increment metric value: ", custom_metrics.REGISTRY.increment, self, value)
+
+    def set(self, value: float) -> None:
+        _metric_call("Failed to set metric value: ", custom_metrics.REGISTRY.set, self, value)
+
+    def observe(self, value: float) -> None:
+        _metric_call("Failed to observe metric value: ", custom_metrics.REGISTRY.observe, self, value)
+
+    def value(self) -> float:
+        try:
+            return custom_metrics.REGISTRY.value(self._family, self._labels)
+        except custom_metrics.MetricError as exc:
+            raise TritonModelException(f"Failed to get metric value: {exc}") from None
+
+
+def _metric_call(what: str, call: Callable[[str, Labels, float], None], metric: Metric, value: float) -> None:
+    try:
+        call(metric._family, metric._labels, float(value))
+    except custom_metrics.MetricError as exc:
+        raise TritonModelException(what + str(exc)) from None
+
+
+class MetricFamily:
+    """Triton's custom metrics: a family of counters, gauges or histograms the model reports on the metrics
+    port.  One family per name in the server: declaring it again with the same kind is the same family."""
+
+    COUNTER = custom_metrics.COUNTER
+    GAUGE = custom_metrics.GAUGE
+    HISTOGRAM = custom_metrics.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: str) -> None:
+        try:
+            custom_metrics.REGISTRY.family(name, description, kind)
+        except custom_metrics.MetricError as exc:
+            raise TritonModelException(f"Error when creating MetricFamily: {exc}") from None
+        self._name = name
+        self._kind = kind
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if self._kind != self.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        elif self._kind == self.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        key = custom_metrics.labels_of(labels)
+        custom_metrics.REGISTRY.add_metric(self._name, key, buckets)
+        return Metric(self._name, key)
 
 
 def _control(call: Callable[[Any], Any], what: str) -> Any:

@@ -512,3 +512,23 @@ def test_bls_request_takes_bytes_for_its_strings() -> None:
     assert (request.request_id(), request.requested_output_names()) == ("r", {"y"})
     sent = request._to_infer_request()
     assert (sent.model_name, sent.id, [o.name for o in sent.outputs]) == ("add_sub", "r", ["y"])
+
+
+def test_metric_family_as_triton_checks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve_app.inference import custom_metrics
+
+    monkeypatch.setattr(custom_metrics, "REGISTRY", custom_metrics.Registry())
+    family = pb_utils.MetricFamily("latency", "Latency", pb_utils.MetricFamily.COUNTER)
+    metric = family.Metric(labels={"model": "m"})
+    metric.increment(3)
+    assert metric.value() == 3.0
+    assert model_exception(metric.set, 1.0).startswith("Failed to set metric value: ")
+    assert model_exception(metric.increment, -1.0).startswith("Failed to increment metric value: ")
+    assert model_exception(family.Metric, labels=[1]) == "Failed to create metric. Labels must be a dictionary."
+    assert model_exception(family.Metric, buckets=[1.0]) == "Failed to create metric. Unexpected buckets found."
+    histogram = pb_utils.MetricFamily("sizes", "Sizes", pb_utils.MetricFamily.HISTOGRAM)
+    assert model_exception(histogram.Metric) == "Failed to create metric. Missing required buckets."
+    histogram.Metric(buckets=[1.0, 2.0]).observe(1.5)
+    assert model_exception(pb_utils.MetricFamily, "latency", "", pb_utils.MetricFamily.GAUGE).startswith(
+        "Error when creating MetricFamily: "
+    )
