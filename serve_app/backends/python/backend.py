@@ -29,6 +29,7 @@ import logging
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 import weakref
 from collections.abc import Callable, Coroutine
@@ -42,6 +43,7 @@ from serve_app.backends.base import Backend, BackendContext
 from serve_app.backends.python import utils as pb_utils
 from serve_app.backends.python.context import CURRENT, ModelContext, ServerLink, serving, stopped
 from serve_app.backends.python.environment import add_execution_env
+from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.json_format import config_to_json
 from serve_app.errors import InternalError, ServeError
 from serve_app.inference.execution import Execution, PartResult, RequestPart
@@ -154,17 +156,27 @@ class _LoopThread:
 
 
 class _Answers:
-    """What a non-decoupled batch's requests sent through their senders (at most one response each)."""
+    """What a non-decoupled batch's requests sent through their senders (at most one response each).
+    ``done[i]`` is set once request ``i`` has its response, or its sender is gone."""
 
     def __init__(self, count: int) -> None:
         self.sent: list[pb_utils.InferenceResponse | None] = [None] * count
+        self.done = [threading.Event() for _ in range(count)]
 
     def emitter(self, index: int) -> pb_utils.Emit:
         def emit(response: pb_utils.InferenceResponse | None, flags: int) -> None:
             if response is not None:
                 self.sent[index] = response
+                self.done[index].set()
 
         return emit
+
+    def wait(self, timeout_s: float) -> None:
+        """Until every request has its response (a model may answer after ``execute`` returned None, from a
+        thread of its own, as Triton lets it), its sender is dropped, or ``timeout_s`` has passed."""
+        deadline = time.monotonic() + timeout_s
+        for event in self.done:
+            event.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _StreamPart:
@@ -211,6 +223,7 @@ class PythonBackend(Backend):
         super().__init__(ctx)
         config = ctx.config
         self.decoupled = config.model_transaction_policy.decoupled
+        self._late_answer_s = response_timeout_s(config)  # how long answers after execute returned None may take
         self.instance_name = ctx.instance_name or f"{ctx.model_name}_0_0"
         model_dir = ctx.model_file.parent.parent
         self._batched = config.max_batch_size > 0
@@ -337,15 +350,21 @@ class PythonBackend(Backend):
                 answers.append(next((p for p in collected.get(i, []) if not p.empty), PartResult()))
             return answers
         requests = self._requests(inputs, parts)
-        answers_sent = _Answers(len(requests))
-        senders = []
+        count = len(requests)
+        answers_sent = _Answers(count)
+        senders = []  # weakly: a sender the model lets go of unanswered ends the wait for it
         for i, request in enumerate(requests):
             sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), lambda: False, decoupled=False)
             request.attach(sender, lambda: False)
-            senders.append(sender)
+            senders.append(weakref.ref(sender))
+            weakref.finalize(sender, answers_sent.done[i].set)
+        del sender, request
         try:
             returned = self._call(self._exec_context, self.model.execute, requests)
-            return self._collect(returned, requests, parts, answers_sent)
+            del requests  # what the model answers later, it keeps
+            if returned is None:
+                answers_sent.wait(self._late_answer_s)
+            return self._collect(returned, count, parts, answers_sent)
         except MODEL_ERRORS as exc:
             error = self._failure(exc)
             return [
@@ -353,24 +372,26 @@ class PythonBackend(Backend):
                 for sent, part in zip(answers_sent.sent, parts, strict=True)
             ]
         finally:
-            for sender in senders:
-                sender.close()
+            for ref in senders:
+                open_sender = ref()
+                if open_sender is not None:
+                    open_sender.close()
 
     def _collect(
         self,
         returned: Any,
-        requests: list[pb_utils.InferenceRequest],
+        count: int,
         parts: tuple[RequestPart, ...],
         answers: _Answers,
     ) -> list[PartResult]:
         if returned is None:
-            responses: list[Any] = [None] * len(requests)
+            responses: list[Any] = [None] * count
         elif not isinstance(returned, list):
             raise _Contract(f"Expected a list in the execute return, found type '{type(returned)}'.")
-        elif len(returned) != len(requests):
+        elif len(returned) != count:
             raise _Contract(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
-                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(returned)}\n"
+                f"InferenceRequest(s) size is:{count}, and InferenceResponse(s) size is:{len(returned)}\n"
             )
         else:
             responses = returned

@@ -252,3 +252,37 @@ def test_model_py_imports_its_neighbours_relatively_and_absolutely(make: Factory
     (result,) = make(code).execute_parts({}, execution(part(2.0)))
     assert result.error is None
     assert result.outputs["OUTPUT0"].tolist() == [7.0] * 4
+
+
+LATE_ANSWER_PY = """
+import threading
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.go = threading.Event()
+
+    def answer(self, requests):
+        self.go.wait(30)
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x * 10)]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+
+    def execute(self, requests):
+        threading.Thread(target=self.answer, args=(requests,)).start()
+        self.go.set()
+        return None
+"""
+
+
+def test_a_model_may_answer_after_execute_returned_none(make: Factory) -> None:
+    """As Triton lets a non-decoupled model do: its senders stay open until each request has its response."""
+    backend = make(LATE_ANSWER_PY)
+    results = backend.execute_parts({}, execution(part(1.0), part(2.0)))
+    assert [r.error for r in results] == [None, None]
+    assert [r.outputs["OUTPUT0"].tolist() for r in results] == [[10.0] * 4, [20.0] * 4]
