@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,15 +82,16 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Factory]:
         backend.close()
         if loop_thread is not None:
             # wait for the loop's own thread to close it, so no later test sees its ResourceWarning
-            close_loop(loop_thread.loop)
+            close_loop(loop_thread)
 
 
-def close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    deadline = time.monotonic() + 5.0
-    while loop.is_running() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    if not loop.is_closed():
-        loop.close()
+def close_loop(loop_thread: Any) -> bool:
+    """Wait for an instance's event-loop thread to end (it closes its loop as it does); True if it did."""
+    loop_thread._thread.join(timeout=60)
+    if loop_thread._thread.is_alive():
+        return False
+    closed: bool = loop_thread.loop.is_closed()
+    return closed
 
 
 def model_path(tmp_path: Path) -> Path:
