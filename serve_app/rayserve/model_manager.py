@@ -251,7 +251,7 @@ class ModelManager:
                 models_log.error(failed_line(name, failures[name]))
                 stale += new_apps
                 stale_groups |= plan.hosted_groups(name)
-                self.control.load_failed(name, failures[name])
+                self.control.load_failed(name, failures[name], source.versions)
                 if name not in self._served:  # a failed reload keeps the versions that serve
                     self._failed[name] = failures[name]
                 continue
