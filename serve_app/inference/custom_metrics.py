@@ -1,10 +1,11 @@
 """Metrics a model defines itself (Triton's custom metrics: ``pb_utils.MetricFamily``), from its process
 to the metrics port.
 
-A model process keeps its families in :data:`REGISTRY`.  Each batch result an instance returns carries a
-:class:`Snapshot` of that registry (when it has any family), so the values reach the gateways wherever
-the instance runs; a gateway keeps the latest snapshot of each process (:class:`Collected`) and the
-metrics port renders them after Triton's own metrics.  As in Triton, a family is one per name across
+A model process keeps its families in :data:`REGISTRY`.  Each batch result an instance returns, and
+each final response of a decoupled request, carries a :class:`Snapshot` of that registry (when it has
+any family), so the values reach the gateways wherever the instance runs; a gateway keeps the latest
+snapshot of each process (:class:`Collected`) and the metrics port renders them after Triton's own
+metrics.  As in Triton, a family is one per name across
 the server: a counter's value is the sum over the processes that report it, a gauge's the one set last.
 """
 

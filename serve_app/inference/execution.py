@@ -54,6 +54,7 @@ class PartResult:
     final: bool = True
     empty: bool = False
     compute_ns: int = 0
+    custom_metrics: Snapshot | None = None  # on a final one: the process's custom metrics, for the gateway
 
 
 @dataclass(slots=True)

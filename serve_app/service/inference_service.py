@@ -20,7 +20,7 @@ from serve_app.config.validate import PER_REQUEST_BACKENDS
 from serve_app.errors import InvalidArgument, Unavailable, Unsupported
 from serve_app.inference.classification import apply_classification
 from serve_app.inference.custom_metrics import Collected
-from serve_app.inference.execution import Execution, ExecutionResult
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
@@ -302,7 +302,7 @@ class InferenceService:
         elif model.is_decoupled:
             sched = DecoupledScheduler(
                 model.signature,
-                functools.partial(self.executor.stream, model.key),
+                functools.partial(self._stream, model.key),
                 response_timeout_s=response_timeout_s(model.config),
             )
         else:
@@ -324,6 +324,14 @@ class InferenceService:
             if result.custom_metrics is not None:
                 self.custom_metrics.record(result.custom_metrics)
         return results
+
+    async def _stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        """The executor's stream, the custom metrics its final responses carry kept for the metrics port."""
+        async with contextlib.aclosing(self.executor.stream(key, execution)) as items:
+            async for index, part in items:
+                if part.custom_metrics is not None:
+                    self.custom_metrics.record(part.custom_metrics)
+                yield index, part
 
     def set_capacity(self, key: ModelKey, capacity: int) -> None:
         """The version's instance count changed (autoscaling): its batcher may keep that many calls in flight."""
