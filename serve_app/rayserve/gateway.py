@@ -94,6 +94,7 @@ class Gateway:
             strict_readiness=settings.strict_readiness,
         )
         self.link.service = self.service
+        self.executor.logs = lambda: self.service.diagnostics.logs  # changes reach the models' processes
         self._apply_lock = asyncio.Lock()
         if self.hosting is not None:
             await self._take_content()
