@@ -21,7 +21,8 @@ HEADER = """# Configuration
 
 Every server setting can be given three ways, with the same name and default:
 
-- as a flag of `python -m serve_app` (the flag column; `--no-<flag>` turns a boolean off);
+- as a flag of `python -m serve_app` (the flag column; a boolean is on with `--<flag>` or
+  `--<flag>=true`, as Triton writes it, and off with `--no-<flag>` or `--<flag>=false`);
 - as a `key=value` argument of `serve run serve_app.app:build_app model_repository=DIR ...`;
 - under `args:` of the application in a Serve config file (`configs/serve_app.yaml`).
 
@@ -38,6 +39,7 @@ Flags of `python -m serve_app` that are not settings: `--address` (join a runnin
 of starting one; `auto` finds a local one), `--num-cpus`, `--dashboard` and `--object-store-memory`
 (for a Ray it starts), and `--local` (serve without Ray: every model instance in this process, for
 development and tests; no model control, autoscaling or multi-node placement).
+`--disable-auto-complete-config` is Triton's other spelling of `--strict-model-config=true`.
 """
 
 

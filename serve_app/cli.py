@@ -15,7 +15,36 @@ from dataclasses import MISSING, Field
 from typing import Any
 
 from serve_app.errors import ServeError
-from serve_app.settings import ServerSettings, setting_fields
+from serve_app.settings import ServerSettings, parse_bool, setting_fields
+
+
+class TritonBool(argparse.Action):
+    """A boolean flag as Triton spells it, ``--name=true|false`` (also ``1|0``, ``on|off``, ``yes|no``), and
+    as argparse does, ``--name`` / ``--no-name``."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        negated = ["--no-" + o[2:] for o in option_strings if o.startswith("--")]
+        super().__init__([*option_strings, *negated], dest, nargs="?", metavar="true|false", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string is not None and option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"argument {option_string}: takes no value")
+            setattr(namespace, self.dest, False)
+            return
+        if values is None:
+            setattr(namespace, self.dest, True)
+            return
+        try:
+            setattr(namespace, self.dest, parse_bool(values))
+        except ValueError:
+            parser.error(f"argument {option_string}: invalid boolean value '{values}' (true or false)")
 
 
 def flag_name(f: Field[Any]) -> str:
@@ -34,7 +63,7 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
             if not isinstance(f.default, (bool, tuple)) and f.default != "":
                 kwargs["help"] += f" (default {f.default})"
         if f.type in ("bool", bool):
-            kwargs["action"] = argparse.BooleanOptionalAction
+            kwargs["action"] = TritonBool
         elif meta.get("repeat"):
             kwargs["action"] = "append"
         elif f.type in ("int", int):
@@ -50,6 +79,13 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serve_app", description="Serve a Triton model repository on Ray Serve.")
     add_setting_flags(p)
+    p.add_argument(
+        "--disable-auto-complete-config",
+        dest="strict_model_config",
+        action="store_const",
+        const=True,
+        help="Triton's spelling of --strict-model-config=true",
+    )
     ray = p.add_argument_group("the Ray this command starts or joins")
     ray.add_argument(
         "--address", default=None, help="join this Ray cluster instead of starting one ('auto' finds a local one)"

@@ -132,6 +132,38 @@ class ServerSettings:
         "a batch whose instance doesn't answer within this many seconds fails with 503 / UNAVAILABLE (a hung "
         "instance; a dead one fails its calls at once); 0: wait for ever",
     )
+    strict_model_config: bool = setting(
+        False,
+        "Triton's --strict-model-config (or --disable-auto-complete-config): on, a config is not completed from "
+        "the model (inputs, outputs, batching, a Python model's auto_complete_config); the platform or backend "
+        "and Triton's defaults still are",
+    )
+    strict_readiness: bool = setting(
+        False,
+        "Triton's --strict-readiness: on, /v2/health/ready says ready only while every model of the repository "
+        "is READY; off, once no model is still loading (failed models aside).  Triton's default is on",
+    )
+    exit_on_error: bool = setting(
+        False,
+        "Triton's --exit-on-error: on, the server exits (status 1) when a model fails to load at start-up; off, "
+        "it serves the others.  Triton's default is on",
+    )
+    backend_config: tuple[str, ...] = setting(
+        (),
+        "Triton's --backend-config=<backend>,<setting>=<value> (or <setting>=<value> for all backends), "
+        "repeatable: checked and accepted; serve_app's backends are built in and have none of Triton's "
+        "backend settings to act on (shared memory sizes, stub timeouts...)",
+        repeat=True,
+    )
+    backend_directory: str = setting(
+        "", "Triton's --backend-directory: accepted; serve_app's backends are built in, none is loaded from there"
+    )
+    cuda_memory_pool_byte_size: tuple[str, ...] = setting(
+        (),
+        "Triton's --cuda-memory-pool-byte-size=<GPU id>:<bytes>, repeatable: checked and accepted; tensors "
+        "between the server and its instances live in host memory, so there is no CUDA pool to size",
+        repeat=True,
+    )
     allow_client_shm: bool = setting(
         False,
         "Triton's system shared memory extension: clients on the server's host may register POSIX shared memory "
@@ -209,6 +241,8 @@ class ServerSettings:
         self.restricted_apis()
         self.trace_startup()
         self.log_settings()
+        self.backend_settings()
+        self.cuda_memory_pools()
 
     def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
@@ -238,6 +272,37 @@ class ServerSettings:
         """The start-up trace settings (``trace_config`` parsed as Triton parses --trace-config)."""
         return TraceStartup.parse(self.trace_config)
 
+    def backend_settings(self) -> dict[str, dict[str, str]]:
+        """``backend_config`` by backend ("" for the settings given to all), parsed as Triton parses it."""
+        parsed: dict[str, dict[str, str]] = {}
+        for item in self.backend_config:
+            comma = item.find(",")
+            if comma == 0:
+                raise InvalidArgument(
+                    "No backend specified. --backend-config option format is <backend name>,<setting>=<value> or "
+                    f"<setting>=<value>. Got {item}"
+                )
+            backend, pair = (item[:comma], item[comma + 1 :]) if comma > 0 else ("", item)
+            key, eq, value = pair.partition("=")
+            if not eq or not key or not value:
+                raise InvalidArgument(
+                    f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {item}"
+                )
+            parsed.setdefault(backend, {})[key] = value
+        return parsed
+
+    def cuda_memory_pools(self) -> dict[int, int]:
+        """``cuda_memory_pool_byte_size`` by GPU id."""
+        pools: dict[int, int] = {}
+        for item in self.cuda_memory_pool_byte_size:
+            gpu, colon, size = item.partition(":")
+            if not colon or not gpu.strip().isdigit() or not size.strip().isdigit():
+                raise InvalidArgument(
+                    f"--cuda-memory-pool-byte-size option format is '<GPU device ID>:<pool byte size>'. Got {item}"
+                )
+            pools[int(gpu)] = int(size)
+        return pools
+
     def log_settings(self) -> LogSettings:
         return LogSettings(
             log_file=self.log_file,
@@ -262,7 +327,7 @@ class ServerSettings:
             kind = known[key].type
             try:
                 if kind in ("bool", bool):
-                    values[key] = _boolean(raw)
+                    values[key] = parse_bool(raw)
                 elif kind in ("int", int):
                     values[key] = int(raw)
                 elif kind in ("float", float):
@@ -290,7 +355,8 @@ def _names(raw: Any, sep: str = ",") -> tuple[str, ...]:
     return tuple(str(i).strip() for i in items if str(i).strip())
 
 
-def _boolean(raw: Any) -> bool:
+def parse_bool(raw: Any) -> bool:
+    """A boolean as Triton's flags and `serve run` arguments write it."""
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()

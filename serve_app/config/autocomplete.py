@@ -79,7 +79,10 @@ def autocomplete_config(
     if model_file is not None and not model_file.is_absolute():
         model_file = model_dir / model_file
     if not out.platform and not out.backend and model_file is not None:
-        out.platform = platform_for_file(model_file)
+        if model_file.name == MODEL_FILENAMES[PYTHON_BACKEND]:
+            out.backend = PYTHON_BACKEND  # Triton's core completes a model.py to the python backend
+        else:
+            out.platform = platform_for_file(model_file)
     normalize_platform(out)
     if not out.default_model_filename:
         out.default_model_filename = default_model_filename(out)

@@ -24,12 +24,15 @@ from serve_app.grpc_server.shared_memory import SharedMemoryRpcs
 from serve_app.inference.options import EMPTY_FINAL
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import grpc_codec, repository_codec, stats_codec
+from serve_app.protocol.status import grpc_status
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.scheduling.decoupled_scheduler import DECOUPLED_UNARY
 from serve_app.service import InferenceService
 
 SERVICE_NAME = "inference.GRPCInferenceService"
 FINAL_RESPONSE = "triton_final_response"  # the response parameter that marks a request's last response
+# A stream opened with this header set to "true" ends at its first error, with that error as its gRPC status.
+GRPC_ERROR_HEADER = "triton_grpc_error"
 MAX_STREAM_INFLIGHT = 1024  # requests of one stream being served at once; the stream waits beyond that
 MAX_STREAM_PENDING = 64  # responses of one stream ready and not yet taken by the client; producers wait beyond
 
@@ -137,13 +140,16 @@ class InferenceServicer(SharedMemoryRpcs):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Each request gets one response; errors travel in-band and keep the stream open.
+        """Each request gets one response; errors travel in-band and keep the stream open, unless the client
+        opened the stream with the ``triton_grpc_error: true`` header: then the first error ends the stream
+        with its gRPC status, as Triton does.
 
         Requests run concurrently and each response is sent when it is ready, as Triton does, so a
         sequence waiting in the backlog does not hold up the others on the stream.  Steps of one
         sequence start in arrival order, so their responses come back in that order.
         """
-        responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        responses: asyncio.Queue[tuple[pb.ModelStreamInferResponse, ServeError | None] | None] = asyncio.Queue()
+        strict = _grpc_errors_wanted(context)
         room = asyncio.Semaphore(MAX_STREAM_INFLIGHT)
         # A client that stops reading stops its stream: its requests wait for room here, no more are read.
         ready = asyncio.Semaphore(MAX_STREAM_PENDING)
@@ -171,8 +177,11 @@ class InferenceServicer(SharedMemoryRpcs):
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
-            while (response := await responses.get()) is not None:
+            while (item := await responses.get()) is not None:
                 ready.release()
+                response, error = item
+                if strict and error is not None:
+                    await context.abort(grpc_status(error.code), error.message)
                 yield response
         finally:
             reader.cancel()
@@ -181,11 +190,11 @@ class InferenceServicer(SharedMemoryRpcs):
 
     async def _stream_responses(
         self, request: pb.ModelInferRequest | MalformedRequest
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """A request's responses on the stream: one for most models, each one a decoupled model sends (with
-        ``triton_final_response``).  Errors travel as ``error_message``; the stream stays open."""
+    ) -> AsyncIterator[tuple[pb.ModelStreamInferResponse, ServeError | None]]:
+        """A request's responses on the stream, each with its error if it is one: one for most models, each
+        one a decoupled model sends (with ``triton_final_response``).  Errors travel as ``error_message``."""
         if isinstance(request, MalformedRequest):
-            yield pb.ModelStreamInferResponse(error_message=request.error.message)
+            yield pb.ModelStreamInferResponse(error_message=request.error.message), request.error
             return
         final = True
         try:
@@ -196,17 +205,27 @@ class InferenceServicer(SharedMemoryRpcs):
                 async for item in items:
                     final = item.final
                     if item.error is not None:
-                        yield _error_response(request, item.error, final if model.is_decoupled else None)
+                        yield _error_response(request, item.error, final if model.is_decoupled else None), item.error
                         continue
                     if item.response is None:  # the final flag alone
                         if empty_final:
-                            yield _flag_only_final(request)
+                            yield _flag_only_final(request), None
                         continue
                     out = grpc_codec.encode_model_infer_response(item.response, req, self.service.shared_memory)
                     out.parameters[FINAL_RESPONSE].bool_param = item.final
-                    yield pb.ModelStreamInferResponse(infer_response=out)
+                    yield pb.ModelStreamInferResponse(infer_response=out), None
         except Exception as exc:
-            yield _error_response(request, as_serve_error(exc), None)
+            error = as_serve_error(exc)
+            yield _error_response(request, error, None), error
+
+
+def _grpc_errors_wanted(context: Any) -> bool:
+    """Whether the stream was opened with ``triton_grpc_error: true``."""
+    try:
+        metadata = context.invocation_metadata() or ()
+    except Exception:
+        return False
+    return any(key == GRPC_ERROR_HEADER and str(value).lower() == "true" for key, value in metadata)
 
 
 def _empty_final_wanted(request: pb.ModelInferRequest) -> bool:

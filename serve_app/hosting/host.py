@@ -22,6 +22,7 @@ from serve_app.errors import Draining, Unavailable
 from serve_app.hosting.instance import HostedInstance
 from serve_app.hosting.messages import ExecuteOn, InstanceLoad, StreamOn
 from serve_app.keys import ModelKey
+from serve_app.logs import python_logging
 from serve_app.sequence.messages import PollEvents, RestoreSequence, SequenceStep, StepResult
 
 STOP_WAIT_S = 27.0  # a group's instances may finish their work this long when it is removed
@@ -96,6 +97,8 @@ class InstanceHost:
     # -- the channel ---------------------------------------------------------------------
     async def on_channel(self, message: object) -> object:
         """Batches, sequence steps, and the router's polls and restores, each for the instance it names."""
+        if isinstance(message, (ExecuteOn, StreamOn)) and message.logs is not None:
+            python_logging.apply(message.logs)  # /v2/logging changes reach the models hosted here
         if isinstance(message, ExecuteOn):
             instance = self._instances.get(message.instance)
             if instance is None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from serve_app.inference.execution import Execution
 from serve_app.keys import ModelKey
+from serve_app.logs import LogSettings
 from serve_app.placement import InstanceSpec
 
 
@@ -38,6 +39,7 @@ class ExecuteOn:
 
     instance: str
     executions: list[Execution]
+    logs: LogSettings | None = None  # the server's log settings, when they changed since this instance last had them
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +49,4 @@ class StreamOn:
 
     instance: str
     execution: Execution
+    logs: LogSettings | None = None  # as ExecuteOn's

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serve_app.errors import ServeError
+from serve_app.inference.custom_metrics import Snapshot
 from serve_app.inference.types import ParamValue
 from serve_app.tracing import TraceLink
 
@@ -53,6 +54,7 @@ class PartResult:
     final: bool = True
     empty: bool = False
     compute_ns: int = 0
+    custom_metrics: Snapshot | None = None  # on a final one: the process's custom metrics, for the gateway
 
 
 @dataclass(slots=True)
@@ -74,3 +76,5 @@ class ExecutionResult:
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     parts: list[PartResult] | None = None  # one per ``Execution.parts``, when the backend answers them one by one
+    # The instance process's custom metrics (a Python model's MetricFamily), carried to the gateway
+    custom_metrics: Snapshot | None = None

@@ -17,7 +17,7 @@ from serve_app.front_ends import start_front_ends
 from serve_app.local.host import LocalHost
 from serve_app.logs import python_logging
 from serve_app.service.diagnostics import Diagnostics
-from serve_app.service.model_table import model_table
+from serve_app.service.model_table import LOAD_FAILED, failed_to_load, model_table
 from serve_app.settings import ServerSettings
 from serve_app.shared_memory import MemoryStore, SharedMemory
 from serve_app.telemetry import spans
@@ -34,9 +34,14 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         server_name=settings.server_name,
         shared_memory=SharedMemory(MemoryStore()) if settings.allow_client_shm else None,
         diagnostics=Diagnostics(settings.trace_startup(), settings.log_settings()),  # changed in this process
+        strict_readiness=settings.strict_readiness,
+        complete_config=not settings.strict_model_config,
     )
     try:
-        print(model_table((e.name, e.version, e.state, e.reason) for e in host.service.repository_index()), flush=True)
+        rows = [(e.name, e.version, e.state, e.reason) for e in host.service.repository_index()]
+        print(model_table(rows), flush=True)
+        if settings.exit_on_error and failed_to_load(rows):
+            raise StartupFailed(LOAD_FAILED)
         front = await start_front_ends(host.service, settings)
         print(
             f"serve_app (local, no Ray) ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:"
@@ -56,6 +61,10 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         spans.flush()  # the traces of the last requests
 
 
+class StartupFailed(Exception):
+    """The server stops before serving (a model failed to load under --exit-on-error)."""
+
+
 def serve_locally(settings: ServerSettings) -> int:
     async def main() -> None:
         stop = asyncio.Event()
@@ -69,4 +78,7 @@ def serve_locally(settings: ServerSettings) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StartupFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
     return 0

@@ -12,13 +12,18 @@ to stderr or to ``log_file``; :func:`apply` changes the levels and the format at
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
+from dataclasses import asdict
 
 from serve_app.logs.settings import LogSettings
 
 LOGGER = "serve_app"
+# The server's start-up log settings, as the model processes it starts find them in their environment.
+ENV = "SERVE_APP_LOG_SETTINGS"
 _LETTERS = {logging.DEBUG: "V", logging.INFO: "I", logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "E"}
 
 
@@ -89,3 +94,15 @@ def install(settings: LogSettings) -> None:
         logger.addHandler(handler)
         logger.propagate = False
     apply(settings)
+
+
+def to_env(settings: LogSettings) -> dict[str, str]:
+    """Environment variables that carry ``settings`` to a process the server starts (a model's replica)."""
+    return {ENV: json.dumps(asdict(settings), separators=(",", ":"))}
+
+
+def install_from_env() -> None:
+    """In a model process: :func:`install` with the server's start-up settings, when it was given them."""
+    raw = os.environ.get(ENV)
+    if raw:
+        install(LogSettings(**json.loads(raw)))

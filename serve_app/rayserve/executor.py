@@ -36,6 +36,7 @@ from serve_app.hosting import HostedInstance, InstanceHost
 from serve_app.hosting.messages import ExecuteOn, StreamOn
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.keys import ModelKey
+from serve_app.logs import LogSettings
 from serve_app.sequence.port import ChannelSequencePort
 from serve_app.service.serving_state import DeploymentRef
 from serve_app.transport import ChannelClient
@@ -60,23 +61,36 @@ class _Target:
     client: ChannelClient | None = None
     local: HostedInstance | None = None
     inflight: int = 0
+    logs_sent: LogSettings | None = None  # what its process was last told of the log settings
+
+    def _logs(self, current: LogSettings | None) -> LogSettings | None:
+        """``current`` when its process has not been told them yet (a new connection starts untold)."""
+        if current is None or current == self.logs_sent:
+            return None
+        self.logs_sent = current
+        return current
 
     @property
     def closed(self) -> bool:
         return self.client is not None and self.client.closed
 
-    def stream(self, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+    def stream(
+        self, execution: Execution, logs: LogSettings | None = None
+    ) -> AsyncGenerator[tuple[int, PartResult], None]:
         if self.local is not None:
             return self.local.stream(execution)
         assert self.client is not None
-        stream: AsyncGenerator[tuple[int, PartResult], None] = self.client.stream(StreamOn(self.instance, execution))
+        message = StreamOn(self.instance, execution, self._logs(logs))
+        stream: AsyncGenerator[tuple[int, PartResult], None] = self.client.stream(message)
         return stream
 
-    def call(self, executions: list[Execution]) -> Awaitable[list[ExecutionResult]]:
+    def call(self, executions: list[Execution], logs: LogSettings | None = None) -> Awaitable[list[ExecutionResult]]:
         if self.local is not None:
             return self.local.execute(executions)
         assert self.client is not None
-        result: Awaitable[list[ExecutionResult]] = self.client.call(ExecuteOn(self.instance, executions))
+        result: Awaitable[list[ExecutionResult]] = self.client.call(
+            ExecuteOn(self.instance, executions, self._logs(logs))
+        )
         return result
 
 
@@ -160,6 +174,8 @@ class RayModelExecutor:
         self._router_handle = router
         self._on_capacity = on_capacity
         self._call_timeout = call_timeout_s if call_timeout_s > 0 else None
+        # The server's current log settings, passed on to the instances' processes as they change.
+        self.logs: Callable[[], LogSettings] | None = None
 
     async def _router_address(self) -> tuple[str, int]:
         address: tuple[str, int] = await self._router_handle.address.remote()
@@ -211,7 +227,8 @@ class RayModelExecutor:
                 break
             target.inflight += 1
             try:
-                result: list[ExecutionResult] = await asyncio.wait_for(target.call(executions), self._call_timeout)
+                call = target.call(executions, self.logs() if self.logs is not None else None)
+                result: list[ExecutionResult] = await asyncio.wait_for(call, self._call_timeout)
                 return result
             except asyncio.TimeoutError:
                 # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
@@ -262,7 +279,8 @@ class RayModelExecutor:
             target.inflight += 1
             started = False
             try:
-                async with contextlib.aclosing(target.stream(execution)) as items:
+                logs = self.logs() if self.logs is not None else None
+                async with contextlib.aclosing(target.stream(execution, logs)) as items:
                     async for item in items:
                         started = True
                         yield item

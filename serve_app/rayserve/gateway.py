@@ -91,8 +91,10 @@ class Gateway:
             # the gateways of a node share the registry: a region registered with one serves requests to any
             shared_memory=SharedMemory(DirectoryStore(node_directory(token))) if settings.allow_client_shm else None,
             diagnostics=Diagnostics(settings.trace_startup(), settings.log_settings(), ManagerDiagnostics(manager)),
+            strict_readiness=settings.strict_readiness,
         )
         self.link.service = self.service
+        self.executor.logs = lambda: self.service.diagnostics.logs  # changes reach the models' processes
         self._apply_lock = asyncio.Lock()
         if self.hosting is not None:
             await self._take_content()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from serve_app.hosting import InstanceLoad
+from serve_app.logs import python_logging
 from serve_app.placement import HostPool
 from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.rayserve.pool_host import PoolHost
@@ -18,6 +19,7 @@ class HostReplica:
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, pool: HostPool, token: bytes, manager: Any, server_app: str) -> None:  # type: ignore[misc]
         """``server_app``: the server's Serve application (its gateways answer Python models' BLS calls)."""
+        python_logging.install_from_env()  # the models' log (pb_utils.Logger) as the server's settings say
         self.hosting = PoolHost(pool, manager, link=GatewayLink(server_app, token))  # sets the process's devices first
         await self.hosting.start(token)
         self.hosting.follow()

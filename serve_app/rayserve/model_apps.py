@@ -26,6 +26,7 @@ from serve_app.config.ensemble_deps import composing_models
 from serve_app.config.hosting import dedicated_process
 from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.keys import ModelKey
+from serve_app.logs import python_logging
 from serve_app.placement import (
     ClusterGpus,
     HostPool,
@@ -54,6 +55,12 @@ REPLICA_ENV = {
 # One access-log line per Ray call costs CPU on the hot path; errors are still logged.
 # How long a stopping instance may finish its work (in-flight batches; live sequences when scaled down).
 GRACEFUL_SHUTDOWN_S = 30.0
+
+
+def replica_env(settings: ServerSettings) -> dict[str, str]:
+    """A model process's environment: Serve's options above, and the server's start-up log settings (what a
+    model's ``pb_utils.Logger`` lets through)."""
+    return {**REPLICA_ENV, **python_logging.to_env(settings.log_settings())}
 
 
 def deployment_name(model: str, version: int, group: int, device: int | None = None) -> str:
@@ -203,7 +210,7 @@ def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:
     actor: dict[str, Any] = {
         "num_cpus": pool.num_cpus,
         "num_gpus": pool.num_gpus,
-        "runtime_env": {"env_vars": REPLICA_ENV},
+        "runtime_env": {"env_vars": replica_env(settings)},
     }
     if pool.resources:
         actor["resources"] = dict(pool.resources)
@@ -229,7 +236,7 @@ def replica_options(
 ) -> dict[str, Any]:
     """Serve deployment options for one replica group (one replica = one Triton instance).  ``pip``: packages
     Ray installs into the replicas' runtime environment (a Python model's ``requirements.txt``)."""
-    runtime_env: dict[str, Any] = {"env_vars": REPLICA_ENV}
+    runtime_env: dict[str, Any] = {"env_vars": replica_env(settings)}
     if pip:
         runtime_env["pip"] = list(pip)
     actor: dict[str, Any] = {

@@ -66,7 +66,7 @@ class ModelManager:
         quiet_router(settings)
         self._token = token
         self._router = router
-        self._repo = ModelRepository(settings.model_repository)
+        self._repo = ModelRepository(settings.model_repository, complete=not settings.strict_model_config)
         self.mode = parse_control_mode(settings.model_control_mode)
         self.control = ModelControl(
             self._repo, self.mode, settings.load_model, allow_code_upload=settings.allow_model_code_upload
@@ -253,7 +253,7 @@ class ModelManager:
                 models_log.error(failed_line(name, failures[name]))
                 stale += new_apps
                 stale_groups |= plan.hosted_groups(name)
-                self.control.load_failed(name, failures[name])
+                self.control.load_failed(name, failures[name], source.versions)
                 if name not in self._served:  # a failed reload keeps the versions that serve
                     self._failed[name] = failures[name]
                 continue

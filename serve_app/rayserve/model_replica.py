@@ -21,6 +21,7 @@ import uuid
 from serve_app.hosting import HostedInstance, InstanceHost, InstanceLoad
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.keys import ModelKey
+from serve_app.logs import python_logging
 from serve_app.placement import InstanceSpec
 from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.runtime import ModelInstance
@@ -46,6 +47,7 @@ class ModelReplica:
         """``server_app``: the server's Serve application, whose gateways answer a Python model's BLS calls."""
         # Devices first, before anything can initialise CUDA in this process.
         spec = spec or InstanceSpec(model_name)
+        python_logging.install_from_env()  # the model's log (pb_utils.Logger) as the server's settings say
         gpu_ids = set_visible_devices(kind, spec.device)
         self._spec = spec
         self._kind = kind
@@ -93,10 +95,11 @@ class ModelReplica:
     async def __del__(self) -> None:
         """Stopping (scaled down, reloaded or unloaded): finish the batches in progress and, when only
         scaled down, let live sequences end; new batches are refused with Draining, which gateways
-        send to another instance."""
+        send to another instance.  Then the instance closes (a Python model's ``finalize``), off the loop."""
         await self.one.stop(time.monotonic() + GRACEFUL_WAIT_S)
         if self._channel is not None:
             self._channel.close()
+        await asyncio.to_thread(self.one.close)
 
     async def channel_address(self) -> tuple[str, int] | None:
         """Where the gateway can reach ``execute`` directly (opened on first ask); None without a token."""

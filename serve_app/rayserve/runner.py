@@ -16,7 +16,7 @@ from ray import serve
 from serve_app.errors import ServeError
 from serve_app.rayserve.app_builder import build_application
 from serve_app.rayserve.console import quiet_driver, ray_log_level, serve_logging
-from serve_app.service.model_table import model_table
+from serve_app.service.model_table import LOAD_FAILED, failed_to_load, model_table
 from serve_app.settings import ServerSettings
 
 
@@ -120,7 +120,11 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
             print("interrupted while starting: shutting down", flush=True)
             return 130
         states = handle.model_states.remote().result()
-        print(model_table((name, str(version), state, reason) for name, version, state, reason in states), flush=True)
+        rows = [(name, str(version), state, reason) for name, version, state, reason in states]
+        print(model_table(rows), flush=True)
+        if settings.exit_on_error and failed_to_load(rows):
+            print(LOAD_FAILED, file=sys.stderr, flush=True)
+            return 1
         print(
             f"serve_app ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:{settings.http_port}, "
             f"gRPC {settings.host}:{settings.grpc_port}, metrics {settings.host}:{settings.metrics_port}; "

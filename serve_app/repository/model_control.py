@@ -178,6 +178,7 @@ class ModelControl:
         self._pending: dict[str, _Pending] = {}
         self._explicit: set[str] = set()  # loaded because asked for, not only as an ensemble's step
         self._failed: dict[str, str] = {}  # not serving: why the last load failed
+        self._failed_versions: dict[str, tuple[int, ...]] = {}  # the versions that load was for, when known
         self._unloaded: dict[str, list[int]] = {}  # not serving: the versions it served until unloaded
 
     @property
@@ -362,14 +363,16 @@ class ModelControl:
         self._failed.pop(name, None)
         self._unloaded.pop(name, None)
 
-    def load_failed(self, name: str, reason: str) -> None:
-        """Loading ``name`` failed; if it served before, its old versions keep serving (as in Triton)."""
+    def load_failed(self, name: str, reason: str, versions: Iterable[int] = ()) -> None:
+        """Loading ``name`` failed; if it served before, its old versions keep serving (as in Triton).
+        ``versions``: those the load was for, when it got that far (the index lists each, as Triton's)."""
         pending = self._pending.pop(name, None)
         if pending is not None and pending.staged is not None:
             remove_staged(pending.staged, self._staging_dir())
         self._seen_fp[name] = pending.fingerprint if pending is not None else self._fingerprint(name)
         if name not in self._loaded:
             self._failed[name] = reason
+            self._failed_versions[name] = tuple(sorted(versions))
             self._unloaded.pop(name, None)
 
     # -- unload --------------------------------------------------------------------------------
@@ -480,7 +483,9 @@ class ModelControl:
                 if name in self._loaded:
                     rows = [(v, "READY", "") for v in sorted(self._loaded[name].versions)]
                 elif name in self._failed:
-                    rows = [(None, "UNAVAILABLE", self._failed[name])]
+                    failed_versions = self._failed_versions.get(name, ())
+                    reason = self._failed[name]
+                    rows = [(v, "UNAVAILABLE", reason) for v in failed_versions] or [(None, "UNAVAILABLE", reason)]
                 elif name in self._unloaded:
                     rows = [(v, "UNAVAILABLE", UNLOADED_REASON) for v in self._unloaded[name]]
                     rows = rows or [(None, "UNAVAILABLE", UNLOADED_REASON)]

@@ -62,8 +62,12 @@ class ModelRepository:
     """Reads model directories under ``root``; holds no state between calls, so
     a poll sees the disk as it is now."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, complete: bool = True) -> None:
+        """``complete``: configs are completed from their models (inputs, outputs, batching, a Python
+        model's ``auto_complete_config``); off (Triton's strict model config), only the platform or
+        backend and Triton's defaults are filled in."""
         self._root = Path(root)
+        self._complete = complete
         if not self._root.is_dir():
             raise NotFound(f"model repository '{root}' does not exist or is not a directory")
 
@@ -186,7 +190,11 @@ class ModelRepository:
                 where = str(model_file)
 
         completed = autocomplete_config(
-            config, model=name, model_dir=directory, model_file=model_file, complete_io=complete_io
+            config,
+            model=name,
+            model_dir=directory,
+            model_file=model_file,
+            complete_io=complete_io if self._complete else None,
         )
         validate_config(completed, model=name, path=where)
         labels = _labels(name, directory, completed, where)

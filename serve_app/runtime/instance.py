@@ -17,6 +17,7 @@ import numpy as np
 
 from serve_app.backends import Backend, BackendContext, create_backend
 from serve_app.errors import InternalError, as_serve_error
+from serve_app.inference import custom_metrics
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.signature import ModelSignature
 from serve_app.runtime.warmup import WarmupReport, warm_up
@@ -102,6 +103,8 @@ class ModelInstance:
             res = self.run(ex)
             res.wait_ns = waited
             results.append(res)
+        if self.backend.per_request and results:  # a Python model may keep metrics of its own
+            results[-1].custom_metrics = custom_metrics.REGISTRY.snapshot()
         return results
 
     def _inputs(self, execution: Execution) -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import Executor
 
 from serve_app.errors import as_serve_error
+from serve_app.inference import custom_metrics
 from serve_app.inference.execution import Execution, PartResult
 from serve_app.runtime.instance import ModelInstance
 
@@ -46,6 +47,7 @@ async def stream_execution(
             if part.final:
                 open_parts.discard(index)
                 part.compute_ns = time.perf_counter_ns() - started
+                part.custom_metrics = custom_metrics.REGISTRY.snapshot()  # what the model counted, to the gateway
             yield index, part
     finally:
         cancelled.update(open_parts)

@@ -19,6 +19,8 @@ from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
 from serve_app.errors import InvalidArgument, Unavailable, Unsupported
 from serve_app.inference.classification import apply_classification
+from serve_app.inference.custom_metrics import Collected
+from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
@@ -105,13 +107,17 @@ class InferenceService:
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
         diagnostics: Diagnostics | None = None,
+        strict_readiness: bool = False,
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
         process's schedulers; a host with several front-end processes adds theirs up).  ``shared_memory``:
         the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
-        the trace and log settings (default: tracing off, settings changed in this process only)."""
+        the trace and log settings (default: tracing off, settings changed in this process only).
+        ``strict_readiness``: Triton's, ready only while every model is READY (see :meth:`ready`)."""
+        self.strict_readiness = strict_readiness
+        self.custom_metrics = Collected()  # what models' own metric families last reported
         self.registry = registry
         self.executor = executor
         self.repository = repository
@@ -133,8 +139,17 @@ class InferenceService:
         return True
 
     def ready(self) -> bool:
-        """Ready while accepting and no served model is still loading."""
-        return self.accepting and all(m.state is not ModelState.LOADING for m in self.registry.all_models())
+        """Ready while accepting and no served model is still loading; with strict readiness (Triton's
+        default), only while every model is READY: one that failed to load, or is unavailable, counts too."""
+        if not self.accepting:
+            return False
+        models = self.registry.all_models()
+        if self.strict_readiness:
+            failed = any(
+                self.registry.failed(n) is not None and not self.registry.versions(n) for n in self.registry.names()
+            )
+            return not failed and all(m.state is ModelState.READY for m in models)
+        return all(m.state is not ModelState.LOADING for m in models)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -153,7 +168,7 @@ class InferenceService:
         return ModelMetadata(
             name=name,
             versions=versions,
-            platform=model.config.platform,
+            platform=model.config.platform or model.config.backend,  # Triton's: the backend's name without one
             inputs=_tensor_metadata(sig, outputs=False),
             outputs=_tensor_metadata(sig, outputs=True),
         )
@@ -287,20 +302,36 @@ class InferenceService:
         elif model.is_decoupled:
             sched = DecoupledScheduler(
                 model.signature,
-                functools.partial(self.executor.stream, model.key),
+                functools.partial(self._stream, model.key),
                 response_timeout_s=response_timeout_s(model.config),
             )
         else:
             sched = ModelScheduler(
                 model.config,
                 model.signature,
-                functools.partial(self.executor.execute, model.key),
+                functools.partial(self._execute, model.key),
                 capacity=self.executor.capacity(model.key),
                 max_queued=self.max_queued,
                 per_request=model.config.backend in PER_REQUEST_BACKENDS,
             )
         model.scheduler = sched
         return sched
+
+    async def _execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]:
+        """The executor's results, the custom metrics they carry kept for the metrics port."""
+        results = await self.executor.execute(key, executions)
+        for result in results:
+            if result.custom_metrics is not None:
+                self.custom_metrics.record(result.custom_metrics)
+        return results
+
+    async def _stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
+        """The executor's stream, the custom metrics its final responses carry kept for the metrics port."""
+        async with contextlib.aclosing(self.executor.stream(key, execution)) as items:
+            async for index, part in items:
+                if part.custom_metrics is not None:
+                    self.custom_metrics.record(part.custom_metrics)
+                yield index, part
 
     def set_capacity(self, key: ModelKey, capacity: int) -> None:
         """The version's instance count changed (autoscaling): its batcher may keep that many calls in flight."""

@@ -10,6 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 HEADERS = ("Model", "Version", "Status")
+# Triton's exit at start-up, with --exit-on-error, when a model failed to load.
+LOAD_FAILED = "error: creating server: Internal - failed to load all models"
+
+
+def failed_to_load(rows: Iterable[tuple[str, str, str, str]]) -> bool:
+    """Whether a model of the start-up table is not READY (``rows`` as :func:`model_table` takes them)."""
+    return any(state != "READY" for _, _, state, _ in rows)
 
 
 def model_table(rows: Iterable[tuple[str, str, str, str]]) -> str:

@@ -64,12 +64,14 @@ def _escape(value: str) -> str:
 
 
 def _sample(name: str, labels: Mapping[str, str], value: int) -> str:
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    """One sample, its labels in name order as Triton's exporter writes them (scrapers' regexes rely on it)."""
+    inner = ",".join(f'{k}="{_escape(labels[k])}"' for k in sorted(labels))
     return f"{name}{{{inner}}} {value}"
 
 
-def render(models: Sequence[ModelMetrics]) -> bytes:
-    """The Prometheus text exposition (format 0.0.4) of ``models``' metrics."""
+def render(models: Sequence[ModelMetrics], custom: Sequence[str] = ()) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of ``models``' metrics, then ``custom`` lines (the
+    models' own metric families)."""
     labelled = [(m.stats, _labels(m)) for m in models]
     lines: list[str] = []
 
@@ -107,4 +109,5 @@ def render(models: Sequence[ModelMetrics]) -> bytes:
             (_sample("serve_app_model_instances", {"model": lb["model"], "version": lb["version"]}, n)
              for n, lb in counted),
         )  # fmt: skip
+    lines.extend(custom)
     return ("\n".join(lines) + "\n").encode()

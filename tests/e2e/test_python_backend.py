@@ -76,7 +76,7 @@ def test_add_sub_over_http_and_grpc(server: Server) -> None:
     )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
     assert result.as_numpy("OUTPUT0") is None  # not asked for: pruned, as Triton does
-    assert grpc.get_model_metadata("py_add_sub").platform == ""
+    assert grpc.get_model_metadata("py_add_sub").platform == "python"  # the backend, as Triton says
     config = http.get_model_config("py_add_sub")
     assert config["backend"] == "python" and config["default_model_filename"] == "model.py"
 

@@ -240,6 +240,20 @@ async def test_backend_failure_is_internal(
 # --------------------------------------------------------------------------- streaming
 
 
+async def test_stream_opened_with_triton_grpc_error_ends_at_its_first_error(grpc_stub: Stub) -> None:
+    """Triton's ``triton_grpc_error: true`` header: the first error closes the stream with its gRPC status."""
+    a, b = operands()
+    call = grpc_stub.ModelStreamInfer(metadata=(("triton_grpc_error", "true"),))
+    await call.write(add_sub_request(a, b, request_id="0"))
+    first = await call.read()
+    assert first.error_message == "" and first.infer_response.id == "0"
+    await call.write(add_sub_request(a, b, model="nope", request_id="unknown"))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert err.value.details() == "Request for unknown model: 'nope' is not found"
+
+
 async def test_stream_inband_errors_keep_stream_open(
     grpc_stub: Stub, instances: dict[tuple[str, int], ModelInstance], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,7 +58,7 @@ def _package_root() -> str:
 
 def run_hook(model_file: Path, config_json: str) -> str:
     """In the child: import the model, call its hook, return the completed config as JSON."""
-    from serve_app.backends.python.backend import describe, install_utils_module, load_model_module
+    from serve_app.backends.python.backend import MODEL_ERRORS, describe, install_utils_module, load_model_module
     from serve_app.backends.python.model_config import ModelConfig
 
     config = ModelConfig(config_json)
@@ -70,7 +70,7 @@ def run_hook(model_file: Path, config_json: str) -> str:
         if hook is None:
             return json.dumps(config.as_dict())
         returned = hook(config)
-    except Exception as exc:
+    except MODEL_ERRORS as exc:
         raise RuntimeError(describe(exc)) from None
     if not isinstance(returned, ModelConfig):
         raise RuntimeError(

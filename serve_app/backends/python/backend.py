@@ -29,6 +29,7 @@ import logging
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 import weakref
 from collections.abc import Callable, Coroutine
@@ -40,8 +41,9 @@ import numpy as np
 
 from serve_app.backends.base import Backend, BackendContext
 from serve_app.backends.python import utils as pb_utils
-from serve_app.backends.python.context import CURRENT, ModelContext, ServerLink
+from serve_app.backends.python.context import CURRENT, ModelContext, ServerLink, serving, stopped
 from serve_app.backends.python.environment import add_execution_env
+from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.json_format import config_to_json
 from serve_app.errors import InternalError, ServeError
 from serve_app.inference.execution import Execution, PartResult, RequestPart
@@ -58,6 +60,30 @@ class _Contract(Exception):
     pass
 
 
+# What a model's code may raise that becomes a model error: ``SystemExit`` too (``unittest.main()``,
+# ``argparse`` and ``sys.exit`` inside a model), as Triton's stub catches every Python exception.
+MODEL_ERRORS = (Exception, SystemExit)
+
+# ``sys.argv`` in Triton's stub: an embedded interpreter started without arguments.
+STUB_ARGV = [""]
+
+
+class _Exited(Exception):
+    """A ``SystemExit`` of an ``async def`` model, carried as an ordinary exception: asyncio lets a
+    ``SystemExit`` through its event loop, which would stop the instance's loop for good."""
+
+    def __init__(self, exc: SystemExit) -> None:
+        super().__init__(str(exc))
+        self.original = exc
+
+
+async def _no_exit(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coro
+    except SystemExit as exc:
+        raise _Exited(exc) from None
+
+
 # Frames of ours and of the standard library are not the model's: left out of its error text.
 _OURS = (str(Path(__file__).resolve().parents[2]), sysconfig.get_paths()["stdlib"])
 
@@ -66,30 +92,44 @@ def describe(exc: BaseException) -> str:
     """Triton's text for a Python exception: ``<Type>: <message>``, then where it was raised."""
     if isinstance(exc, _Contract):
         return str(exc)
+    if isinstance(exc, _Exited):
+        exc = exc.original
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OURS)]
     at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{type(exc).__name__}: {exc}\n\nAt:\n{at}" if at else f"{type(exc).__name__}: {exc}"
 
 
 def install_utils_module() -> None:
-    """Make ``import triton_python_backend_utils`` find our implementation."""
+    """Make ``import triton_python_backend_utils`` find our implementation, and give model code the
+    ``sys.argv`` it has under Triton (not the hosting process's: a model calling ``unittest.main()`` or
+    ``argparse`` parses it)."""
     sys.modules.setdefault(MODULE_NAME, pb_utils)
+    if sys.argv != STUB_ARGV:
+        sys.argv = list(STUB_ARGV)
 
 
 def load_model_module(model_file: Path, unique: str) -> ModuleType:
-    """Import ``model.py`` (its version directory on ``sys.path``, so it can import its neighbours)."""
+    """Import ``model.py`` as Triton does, as a module of its version directory's package (so relative
+    imports of its neighbours work: ``from .helpers import x``), with the version directory on
+    ``sys.path`` too (so do plain ``import helpers``).  ``unique`` names the package in this process."""
     version_dir = str(model_file.parent)
     if version_dir not in sys.path:
         sys.path.insert(0, version_dir)
-    spec = importlib.util.spec_from_file_location(unique, model_file)
+    package = ModuleType(unique)
+    package.__path__ = [version_dir]
+    package.__package__ = unique
+    name = f"{unique}.{model_file.stem}"
+    spec = importlib.util.spec_from_file_location(name, model_file)
     if spec is None or spec.loader is None:
         raise InternalError(f"can't import {model_file}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[unique] = module
+    sys.modules[unique] = package
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        sys.modules.pop(unique, None)
+        for key in [k for k in sys.modules if k == unique or k.startswith(unique + ".")]:
+            sys.modules.pop(key, None)
         raise
     return module
 
@@ -116,17 +156,27 @@ class _LoopThread:
 
 
 class _Answers:
-    """What a non-decoupled batch's requests sent through their senders (at most one response each)."""
+    """What a non-decoupled batch's requests sent through their senders (at most one response each).
+    ``done[i]`` is set once request ``i`` has its response, or its sender is gone."""
 
     def __init__(self, count: int) -> None:
         self.sent: list[pb_utils.InferenceResponse | None] = [None] * count
+        self.done = [threading.Event() for _ in range(count)]
 
     def emitter(self, index: int) -> pb_utils.Emit:
         def emit(response: pb_utils.InferenceResponse | None, flags: int) -> None:
             if response is not None:
                 self.sent[index] = response
+                self.done[index].set()
 
         return emit
+
+    def wait(self, timeout_s: float) -> None:
+        """Until every request has its response (a model may answer after ``execute`` returned None, from a
+        thread of its own, as Triton lets it), its sender is dropped, or ``timeout_s`` has passed."""
+        deadline = time.monotonic() + timeout_s
+        for event in self.done:
+            event.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _StreamPart:
@@ -173,6 +223,7 @@ class PythonBackend(Backend):
         super().__init__(ctx)
         config = ctx.config
         self.decoupled = config.model_transaction_policy.decoupled
+        self._late_answer_s = response_timeout_s(config)  # how long answers after execute returned None may take
         self.instance_name = ctx.instance_name or f"{ctx.model_name}_0_0"
         model_dir = ctx.model_file.parent.parent
         self._batched = config.max_batch_size > 0
@@ -183,6 +234,7 @@ class PythonBackend(Backend):
             ctx.model_name, str(ctx.model_file.parent), self.instance_name, link, ctx.loop, in_execute=True
         )
         self._loop: _LoopThread | None = None
+        self._closed = False
         if not ctx.model_file.is_file():
             raise InternalError(f"{ctx.model_file.name} does not exist in the model repository path: {ctx.model_file}")
         add_execution_env(config, model_dir)
@@ -192,7 +244,7 @@ class PythonBackend(Backend):
             self._module = load_model_module(ctx.model_file, unique)
             model_class = self._module.TritonPythonModel
             self.model = model_class()
-        except Exception as exc:
+        except MODEL_ERRORS as exc:
             raise InternalError(describe(exc)) from None
         if not callable(getattr(self.model, "execute", None)):
             raise InternalError(f"Python model {ctx.model_file} does not implement `execute` method.")
@@ -209,9 +261,10 @@ class PythonBackend(Backend):
         if initialize is not None:
             try:
                 self._call(self._base, initialize, args)
-            except Exception as exc:
+            except MODEL_ERRORS as exc:
                 self._stop_loop()
                 raise InternalError(describe(exc)) from None
+        serving(self._exec_context)
 
     # -- calling into the model -------------------------------------------------------------
     def _call(self, context: ModelContext, fn: Callable[..., Any], *args: Any, wait: bool = True) -> Any:
@@ -223,7 +276,7 @@ class PythonBackend(Backend):
             if asyncio.iscoroutine(result):
                 if self._loop is None:
                     self._loop = _LoopThread(f"{self.instance_name}-async")
-                future = self._loop.submit(result)
+                future = self._loop.submit(_no_exit(result))
                 return future.result() if wait else future
             return result
         finally:
@@ -297,40 +350,48 @@ class PythonBackend(Backend):
                 answers.append(next((p for p in collected.get(i, []) if not p.empty), PartResult()))
             return answers
         requests = self._requests(inputs, parts)
-        answers_sent = _Answers(len(requests))
-        senders = []
+        count = len(requests)
+        answers_sent = _Answers(count)
+        senders = []  # weakly: a sender the model lets go of unanswered ends the wait for it
         for i, request in enumerate(requests):
             sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), lambda: False, decoupled=False)
             request.attach(sender, lambda: False)
-            senders.append(sender)
+            senders.append(weakref.ref(sender))
+            weakref.finalize(sender, answers_sent.done[i].set)
+        del sender, request
         try:
             returned = self._call(self._exec_context, self.model.execute, requests)
-            return self._collect(returned, requests, parts, answers_sent)
-        except Exception as exc:
+            del requests  # what the model answers later, it keeps
+            if returned is None:
+                answers_sent.wait(self._late_answer_s)
+            return self._collect(returned, count, parts, answers_sent)
+        except MODEL_ERRORS as exc:
             error = self._failure(exc)
             return [
                 _to_part(sent, self._wanted(part)) if sent is not None else PartResult(error=error)
                 for sent, part in zip(answers_sent.sent, parts, strict=True)
             ]
         finally:
-            for sender in senders:
-                sender.close()
+            for ref in senders:
+                open_sender = ref()
+                if open_sender is not None:
+                    open_sender.close()
 
     def _collect(
         self,
         returned: Any,
-        requests: list[pb_utils.InferenceRequest],
+        count: int,
         parts: tuple[RequestPart, ...],
         answers: _Answers,
     ) -> list[PartResult]:
         if returned is None:
-            responses: list[Any] = [None] * len(requests)
+            responses: list[Any] = [None] * count
         elif not isinstance(returned, list):
             raise _Contract(f"Expected a list in the execute return, found type '{type(returned)}'.")
-        elif len(returned) != len(requests):
+        elif len(returned) != count:
             raise _Contract(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
-                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(returned)}\n"
+                f"InferenceRequest(s) size is:{count}, and InferenceResponse(s) size is:{len(returned)}\n"
             )
         else:
             responses = returned
@@ -393,7 +454,7 @@ class PythonBackend(Backend):
                 )
             if returned is not None:
                 returned.add_done_callback(_after_async(streams, self._failure, self.instance_name))
-        except Exception as exc:
+        except MODEL_ERRORS as exc:
             error = self._failure(exc)
             for stream in streams:
                 stream.fail(error)
@@ -406,15 +467,20 @@ class PythonBackend(Backend):
             return True
         try:
             return bool(self._call(self._base, hook))
-        except Exception:
+        except MODEL_ERRORS:
             return False
 
     def close(self) -> None:
+        """``finalize`` once: its instance no longer serves its own threads' BLS calls from here on."""
+        if self._closed:
+            return
+        self._closed = True
+        stopped(self._exec_context)
         finalize = getattr(self.model, "finalize", None)
         if finalize is not None:
             try:
                 self._call(self._base, finalize)
-            except Exception as exc:
+            except MODEL_ERRORS as exc:
                 logger.warning("finalize of %s raised: %s", self.instance_name, describe(exc))
         self._stop_loop()
 

@@ -24,7 +24,10 @@ from serve_app import datatypes
 from serve_app.backends.python.context import current
 from serve_app.backends.python.model_config import ModelConfig
 from serve_app.errors import ErrorCode, ServeError, error_of
+from serve_app.inference import custom_metrics
+from serve_app.inference.custom_metrics import Labels
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from serve_app.logs.python_logging import LOGGER
 
 __all__ = [
     "TRITONSERVER_MEMORY_CPU",
@@ -92,7 +95,7 @@ _RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
 
-logger = logging.getLogger("ray.serve")
+model_logger = logging.getLogger(LOGGER)
 
 
 # -- errors -------------------------------------------------------------------------------------------
@@ -419,11 +422,11 @@ class InferenceRequest:
 
     def __init__(
         self,
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         inputs: list[Tensor] | None = None,
-        requested_output_names: list[str] | None = None,
-        model_name: str | None = None,
+        requested_output_names: list[str] | list[bytes] | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -431,9 +434,11 @@ class InferenceRequest:
         trace: Any = None,
         parameters: Any = None,
     ) -> None:
+        request_id = _text(request_id)
+        model_name = None if model_name is None else _text(model_name)
         if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
             raise TritonModelException("Correlation ID must be integer or string")
-        self._id = request_id
+        self._id: str = request_id
         self._correlation_id = correlation_id
         self._inputs = list(inputs or [])
         for t in self._inputs:
@@ -442,15 +447,15 @@ class InferenceRequest:
                     f"Input tensor for request with id '{request_id}' and model name '{model_name}' should not be "
                     "empty."
                 )
-        names = list(requested_output_names or [])
+        names = [_text(n) for n in requested_output_names or []]
         for name in names:
             if not name:
                 raise TritonModelException(
                     f"Requested output name for request with id '{request_id}' and model name '{model_name}' "
                     "should not be empty."
                 )
-        self._requested = names
-        self._model_name = model_name
+        self._requested: list[str] = names
+        self._model_name: str | None = model_name
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -577,7 +582,7 @@ class InferenceRequest:
         request = cls(
             request_id=request_id,
             correlation_id=correlation_id,
-            inputs=[Tensor(name, array) for name, array in inputs.items()],
+            inputs=[Tensor(name, _writable(array)) for name, array in inputs.items()],
             requested_output_names=list(requested),
             flags=flags,
             timeout=timeout_us,
@@ -588,6 +593,17 @@ class InferenceRequest:
     def attach(self, sender: InferenceResponseSender, cancelled: Callable[[], bool]) -> None:
         self._sender = sender
         self._cancelled = cancelled
+
+
+def _text(value: str | bytes) -> str:
+    """A string argument as Triton's bindings take it: ``bytes`` are accepted as the text they encode."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    """An input as Triton's stub hands it over: a writable array of the model's own (models write into
+    their inputs, and DLPack exports only writable memory).  A read-only one is copied."""
+    return array if array.flags.writeable else array.copy()
 
 
 def _cancel(future: Any) -> None:
@@ -683,7 +699,9 @@ def get_model_dir() -> str:
 
 
 class Logger:
-    """Triton's model logger: records go to the server's log with the model's name."""
+    """Triton's model logger: records go to the server's log (the ``serve_app`` logger, in Triton's
+    format, its kinds switched on and off by the log settings) with the model's name, from where the
+    model called it."""
 
     INFO = logging.INFO
     WARNING = logging.WARNING
@@ -692,25 +710,92 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: int = logging.INFO) -> None:
-        ctx = current()
-        prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
-        logger.log(level, "%s%s", prefix, message)
+        _model_log(message, level)
 
     @staticmethod
     def log_info(message: str) -> None:
-        Logger.log(message, Logger.INFO)
+        _model_log(message, Logger.INFO)
 
     @staticmethod
     def log_warn(message: str) -> None:
-        Logger.log(message, Logger.WARNING)
+        _model_log(message, Logger.WARNING)
 
     @staticmethod
     def log_error(message: str) -> None:
-        Logger.log(message, Logger.ERROR)
+        _model_log(message, Logger.ERROR)
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        Logger.log(message, Logger.VERBOSE)
+        _model_log(message, Logger.VERBOSE)
+
+
+def _model_log(message: str, level: int) -> None:
+    ctx = current()
+    prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
+    # stacklevel 3: the record names the model's line that called Logger, not this module's
+    model_logger.log(level, "%s%s", prefix, message, stacklevel=3)
+
+
+# -- custom metrics -----------------------------------------------------------------------------------------
+class Metric:
+    """One labelled series of a :class:`MetricFamily` (``family.Metric(labels=..., buckets=...)``)."""
+
+    def __init__(self, family: str, labels: Labels) -> None:
+        self._family = family
+        self._labels = labels
+
+    def increment(self, value: float) -> None:
+        _metric_call("Failed to increment metric value: ", custom_metrics.REGISTRY.increment, self, value)
+
+    def set(self, value: float) -> None:
+        _metric_call("Failed to set metric value: ", custom_metrics.REGISTRY.set, self, value)
+
+    def observe(self, value: float) -> None:
+        _metric_call("Failed to observe metric value: ", custom_metrics.REGISTRY.observe, self, value)
+
+    def value(self) -> float:
+        try:
+            return custom_metrics.REGISTRY.value(self._family, self._labels)
+        except custom_metrics.MetricError as exc:
+            raise TritonModelException(f"Failed to get metric value: {exc}") from None
+
+
+def _metric_call(what: str, call: Callable[[str, Labels, float], None], metric: Metric, value: float) -> None:
+    try:
+        call(metric._family, metric._labels, float(value))
+    except custom_metrics.MetricError as exc:
+        raise TritonModelException(what + str(exc)) from None
+
+
+class MetricFamily:
+    """Triton's custom metrics: a family of counters, gauges or histograms the model reports on the metrics
+    port.  One family per name in the server: declaring it again with the same kind is the same family."""
+
+    COUNTER = custom_metrics.COUNTER
+    GAUGE = custom_metrics.GAUGE
+    HISTOGRAM = custom_metrics.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: str) -> None:
+        try:
+            custom_metrics.REGISTRY.family(name, description, kind)
+        except custom_metrics.MetricError as exc:
+            raise TritonModelException(f"Error when creating MetricFamily: {exc}") from None
+        self._name = name
+        self._kind = kind
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if self._kind != self.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        elif self._kind == self.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        key = custom_metrics.labels_of(labels)
+        custom_metrics.REGISTRY.add_metric(self._name, key, buckets)
+        return Metric(self._name, key)
 
 
 def _control(call: Callable[[Any], Any], what: str) -> Any:

@@ -131,3 +131,24 @@ async def test_a_short_execution_runs_on_the_event_loop_once_it_is_known_to_be_s
     assert threads[0].startswith("add_sub-exec")  # unknown at first: the instance's thread
     assert threads[-1] == threading.current_thread().name  # known to be short: no hand-off
     await host.stop(unloading=True)
+
+
+async def test_log_settings_a_gateway_passes_on_apply_in_the_host(repo: pathlib.Path) -> None:
+    """/v2/logging changes reach the processes that host models with the next batch sent there."""
+    import logging
+
+    from serve_app.logs import LogSettings
+    from serve_app.logs.python_logging import LOGGER, LevelGate, apply
+
+    host = InstanceHost("h1")
+    load = load_of(repo, "add_sub")
+    await host.apply([load])
+    (instance,) = host.of(load.key)
+    quiet = LogSettings(log_info=False, log_verbose_level=1)
+    try:
+        await host.on_channel(ExecuteOn(instance.id, [add_sub_batch(1.0)], quiet))
+        gate = next(f for f in logging.getLogger(LOGGER).filters if isinstance(f, LevelGate))
+        assert gate.settings == quiet
+    finally:
+        apply(LogSettings())
+        await host.stop(unloading=True)

@@ -56,3 +56,25 @@ def test_formats(records: Records) -> None:
     default, iso = records.lines
     assert default.startswith("W") and default.endswith("] plain") and " test_python_logging.py:" in default
     assert iso[4] == "-" and "Z W test_python_logging.py:" in iso and iso.endswith("] iso")
+
+
+def test_model_processes_get_the_start_up_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's replica finds the server's start-up log settings in its environment and applies them."""
+    from serve_app.logs import python_logging
+
+    settings = LogSettings(log_info=False, log_verbose_level=2, log_format="ISO8601")
+    for key, value in python_logging.to_env(settings).items():
+        monkeypatch.setenv(key, value)
+    logger = logging.getLogger(LOGGER)
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    try:
+        python_logging.install_from_env()
+        gate = next(f for f in logger.filters if isinstance(f, python_logging.LevelGate))
+        assert gate.settings == settings
+        assert logger.level == logging.DEBUG
+    finally:
+        for handler in logger.handlers:
+            if handler not in handlers:
+                logger.removeHandler(handler)
+        logger.propagate, logger.level = propagate, level
+        apply(LogSettings())

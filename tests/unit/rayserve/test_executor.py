@@ -367,3 +367,15 @@ async def test_refresh_adds_held_instances_and_asks_no_replica_of_its_own_deploy
     ex.started = True
     await ex._refresh(g)
     assert handle(g).broadcasts == [("targets", "m:1", 7)] and list(g.targets) == [held.id]
+
+
+def test_a_gateway_tells_each_instance_process_of_log_settings_once() -> None:
+    from serve_app.logs import LogSettings
+    from serve_app.rayserve.executor import _Target
+
+    target = _Target("i")
+    first, changed = LogSettings(), LogSettings(log_info=False)
+    assert target._logs(first) == first  # a new connection: told once
+    assert target._logs(first) is None
+    assert target._logs(changed) == changed
+    assert target._logs(None) is None

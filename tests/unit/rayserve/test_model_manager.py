@@ -182,7 +182,7 @@ async def test_a_first_load_that_fails_is_listed_failed(repo: pathlib.Path) -> N
     state = m.mgr._snapshot()
     assert state.served == () and state.failed == (("add_sub", "onnxruntime could not load it"),)
     index = await m.mgr.index()
-    assert IndexEntry("add_sub", "", "UNAVAILABLE", "onnxruntime could not load it") in index
+    assert IndexEntry("add_sub", "1", "UNAVAILABLE", "onnxruntime could not load it") in index
 
 
 async def test_kept_failed_instances_serve_unavailable_with_the_reason(repo: pathlib.Path) -> None:

@@ -699,3 +699,15 @@ def test_repository_has_model(root: Path) -> None:
     (root / ".hidden").mkdir()
     assert repo.has_model("a") and repo.model_dir("a") == root / "a"
     assert not repo.has_model("nope") and not repo.has_model(".hidden") and not repo.has_model("../models")
+
+
+def test_a_load_that_failed_for_known_versions_lists_each_version(root: Path) -> None:
+    """Triton's index: a model whose version failed to load (its instances, not its config) names the version."""
+    ctl = control(root)
+    ctl.load_failed("other", "initialize raised", versions=(2, 1))
+    assert [r for r in rows(ctl) if r[0] == "other"] == [
+        ("other", "1", "UNAVAILABLE", "initialize raised"),
+        ("other", "2", "UNAVAILABLE", "initialize raised"),
+    ]
+    ctl.load_failed("other", "bad config")
+    assert [r for r in rows(ctl) if r[0] == "other"] == [("other", "", "UNAVAILABLE", "bad config")]

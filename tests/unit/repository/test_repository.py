@@ -189,6 +189,20 @@ def test_platform_found_by_file_name(root: Path) -> None:
     assert (source.config.platform, source.config.backend) == ("tensorrt_plan", "tensorrt")
 
 
+def test_a_model_py_completes_to_the_python_backend(root: Path) -> None:
+    """As Triton's core does: a version directory holding model.py, with no config or one without a backend."""
+    write(root / "py_only" / "1" / "model.py", "class TritonPythonModel:\n    pass\n")
+    write(root / "py_cfg" / "1" / "model.py", "class TritonPythonModel:\n    pass\n")
+    write(root / "py_cfg" / "config.pbtxt", ADD_SUB.replace('name: "add_sub"\nplatform: "onnxruntime_onnx"\n', ""))
+    repository = ModelRepository(root)
+    for name in ("py_only", "py_cfg"):
+        source = repository.load(name)
+        assert (source.config.platform, source.config.backend) == ("", "python")
+        assert source.config.default_model_filename == "model.py"
+        assert source.versions == {1: root / name / "1" / "model.py"}
+    assert [i.name for i in repository.load("py_cfg").config.input] == ["INPUT0", "INPUT1"]
+
+
 def test_no_platform_and_no_known_file(root: Path) -> None:
     write(root / "what" / "1" / "model.bin", "opaque")
     message = load_error(root, "what")
@@ -282,3 +296,14 @@ def test_model_source_pickles(root: Path) -> None:
     clone = pickle.loads(pickle.dumps(source))
     assert clone.config == source.config
     assert clone.versions == source.versions
+
+
+def test_strict_model_config_completes_no_inputs_or_outputs(root: Path) -> None:
+    """Triton's --strict-model-config: the model file is not read for the config; its platform still is."""
+    strict = ModelRepository(root, complete=False)
+    source = strict.load("add_sub")
+    assert [i.name for i in source.config.input] == ["INPUT0", "INPUT1"]
+    assert source.config.backend == "onnxruntime"
+    ident = strict.load("ident").config
+    assert (ident.platform, len(ident.input), len(ident.output), ident.max_batch_size) == ("onnxruntime_onnx", 0, 0, 0)
+    assert [i.name for i in ModelRepository(root).load("ident").config.input] == ["x"]

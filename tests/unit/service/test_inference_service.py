@@ -160,6 +160,21 @@ def test_ready_waits_for_loading_models() -> None:
     assert svc.ready()
 
 
+def test_strict_readiness_needs_every_model_ready() -> None:
+    """Triton's --strict-readiness: a model that failed to load, or a version not READY, makes the server not
+    ready; without it, a failed model does not."""
+    model = ServedModel.create("m", 1, config())
+    strict = make_service(model, strict_readiness=True)
+    relaxed = make_service(model)
+    assert strict.ready() and relaxed.ready()
+    model.state = ModelState.UNAVAILABLE
+    assert not strict.ready() and relaxed.ready()
+    model.state = ModelState.READY
+    for svc in (strict, relaxed):
+        svc.registry.add_failed(FailedModel("broken", "bad config"))
+    assert not strict.ready() and relaxed.ready()
+
+
 # -- infer() ----------------------------------------------------------------------------------------
 async def test_infer_runs_the_version_on_the_executor(service: InferenceService, executor: FakeExecutor) -> None:
     response = await service.infer(service.model("m"), request(value=3.0))
@@ -336,3 +351,15 @@ async def test_load_and_unload_need_a_repository_control(service: InferenceServi
         await service.repository_load("m", LoadParameters())
     with pytest.raises(Unavailable, match=NO_MODEL_CONTROL):
         await service.repository_unload("m", False)
+
+
+def test_model_metadata_platform_is_the_backend_for_a_backend_model() -> None:
+    """Triton's metadata: the config's platform, else its backend (a Python model says "python")."""
+    svc = make_service(
+        ServedModel.create("py", 1, config("py", 'backend: "python"')),
+        ServedModel.create("e", 1, ensemble_config()),
+        ServedModel.create("m", 1, config()),
+    )
+    assert svc.model_metadata("py").platform == "python"
+    assert svc.model_metadata("e").platform == "ensemble"
+    assert svc.model_metadata("m").platform == ""

@@ -139,7 +139,7 @@ def test_failures_by_reason() -> None:
     got = {lb["reason"]: v for lb, v in failures}
     assert got == {"REJECTED": 2, "CANCELED": 0, "BACKEND": 1, "OTHER": 1}
     assert got == {r: stats.failures[r] for r in REASONS}
-    assert 'nv_inference_request_failure{model="simple",version="3",reason="REJECTED"} 2' in text.splitlines()
+    assert 'nv_inference_request_failure{model="simple",reason="REJECTED",version="3"} 2' in text.splitlines()
 
 
 def test_exact_sample_lines() -> None:

@@ -9,40 +9,22 @@ and a decoupled model's response senders (including the safety net for a sender 
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
-import sys
-import textwrap
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from serve_app.backends import BackendContext
 from serve_app.backends.python import utils as pb_utils
 from serve_app.backends.python.backend import PythonBackend
-from serve_app.config import autocomplete_config, parse_config
 from serve_app.errors import InternalError, InvalidArgument, NotFound
 from serve_app.inference.execution import Execution, PartResult, RequestPart
+from tests.unit.backends.python.conftest import INSTANCE, Factory, close_loop, model_path
 
-INSTANCE = "m_0_0"
 FAILED = f"Failed to process the request(s) for model '{INSTANCE}', message: "
-
-CONFIG = """
-name: "m"
-backend: "python"
-max_batch_size: {max_batch_size}
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
-output [
-  {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }},
-  {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ {dims} ] }}
-]
-{extra}
-"""
 
 # OUTPUT0 = INPUT0 + 1, OUTPUT1 = INPUT0 * 2, and EXTRA, which the config doesn't declare.  ``mode`` (set by
 # a test on the loaded model) breaks the contract in one of Triton's ways.
@@ -177,69 +159,6 @@ class TritonPythonModel:
                 raise RuntimeError("late failure")
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
-
-
-Factory = Callable[..., PythonBackend]
-
-
-@pytest.fixture
-def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Factory]:
-    """Builds backends from model code (closing them after the test; ``sys.path`` restored)."""
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    made: list[PythonBackend] = []
-
-    def build(
-        code: str | None,
-        *,
-        max_batch_size: int = 0,
-        dims: str = "4",
-        extra: str = "",
-        device_kind: str = "KIND_CPU",
-        gpu_ids: tuple[int, ...] = (),
-    ) -> PythonBackend:
-        model_file = model_path(tmp_path)
-        model_file.parent.mkdir(parents=True, exist_ok=True)
-        if code is not None:
-            model_file.write_text(textwrap.dedent(code).lstrip())
-        text = CONFIG.format(max_batch_size=max_batch_size, dims=dims, extra=extra)
-        config = autocomplete_config(
-            parse_config(text, model="m", path="config.pbtxt"),
-            model="m",
-            model_dir=model_file.parent.parent,
-            model_file=model_file,
-        )
-        ctx = BackendContext(
-            model_name="m",
-            version=1,
-            config=config,
-            model_file=model_file,
-            device_kind=device_kind,
-            gpu_ids=gpu_ids,
-            instance_name=INSTANCE,
-        )
-        backend = PythonBackend(ctx)
-        made.append(backend)
-        return backend
-
-    yield build
-    for backend in made:
-        loop_thread = getattr(backend, "_loop", None)
-        backend.close()
-        if loop_thread is not None:
-            # wait for the loop's own thread to close it, so no later test sees its ResourceWarning
-            close_loop(loop_thread.loop)
-
-
-def close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    deadline = time.monotonic() + 5.0
-    while loop.is_running() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    if not loop.is_closed():
-        loop.close()
-
-
-def model_path(tmp_path: Path) -> Path:
-    return tmp_path / "m" / "1" / "model.py"
 
 
 def part(value: float, outputs: tuple[str, ...] = (), rid: str = "", rows: int = 1, **params: int | str) -> RequestPart:
@@ -451,14 +370,7 @@ def test_close_releases_the_async_event_loop(make: Factory) -> None:
     loop_thread = backend._loop
     assert loop_thread is not None
     backend.close()
-    loop = loop_thread.loop
-    deadline = time.monotonic() + 2.0
-    while loop.is_running() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    time.sleep(0.05)  # the loop's own thread may close it just after it stops
-    closed = loop.is_closed()
-    close_loop(loop)
-    assert closed
+    assert close_loop(loop_thread)
 
 
 def test_finalize_runs_on_close(make: Factory) -> None:

@@ -28,6 +28,8 @@ from serve_app.errors import (
     Unavailable,
     Unsupported,
 )
+from serve_app.logs import LogSettings
+from serve_app.logs.python_logging import LOGGER, apply
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -467,11 +469,11 @@ class Records(logging.Handler):
 
 
 def test_logger_logs_and_never_raises() -> None:
-    """Records go to the server's log (``ray.serve``, which Ray keeps from propagating), named by model."""
-    log = logging.getLogger("ray.serve")
+    """Records go to the server's log (the ``serve_app`` logger), named by model, from the model's own line."""
+    log = logging.getLogger(LOGGER)
     handler, level = Records(), log.level
     log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
+    apply(LogSettings(log_verbose_level=1))  # verbose messages too
     try:
         pb_utils.Logger.log("plain")
         pb_utils.Logger.log_verbose("verbose")
@@ -481,6 +483,7 @@ def test_logger_logs_and_never_raises() -> None:
             pb_utils.Logger.log_error("error")
             pb_utils.Logger.log("custom", pb_utils.Logger.WARNING)
     finally:
+        apply(LogSettings())
         log.removeHandler(handler)
         log.setLevel(level)
     assert [(r.levelno, r.getMessage()) for r in handler.records] == [
@@ -491,9 +494,41 @@ def test_logger_logs_and_never_raises() -> None:
         (logging.ERROR, "model 'm': error"),
         (logging.WARNING, "model 'm': custom"),
     ]
+    assert {r.filename for r in handler.records} == {"test_utils.py"}
 
 
 def test_model_control_outside_the_server_is_refused() -> None:
     assert model_exception(pb_utils.load_model, "x").startswith("load_model is only available")
     assert model_exception(pb_utils.is_model_ready, "x").startswith("is_model_ready is only available")
     assert model_exception(pb_utils.unload_model, "x").startswith("unload_model is only available")
+
+
+def test_bls_request_takes_bytes_for_its_strings() -> None:
+    """Triton's bindings take ``bytes`` wherever a string goes: ``model_name=b"add_sub"`` names add_sub."""
+    x = pb_utils.Tensor("x", np.zeros(1, np.float32))
+    request = pb_utils.InferenceRequest(
+        model_name=b"add_sub", request_id=b"r", requested_output_names=[b"y"], inputs=[x]
+    )
+    assert (request.request_id(), request.requested_output_names()) == ("r", {"y"})
+    sent = request._to_infer_request()
+    assert (sent.model_name, sent.id, [o.name for o in sent.outputs]) == ("add_sub", "r", ["y"])
+
+
+def test_metric_family_as_triton_checks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve_app.inference import custom_metrics
+
+    monkeypatch.setattr(custom_metrics, "REGISTRY", custom_metrics.Registry())
+    family = pb_utils.MetricFamily("latency", "Latency", pb_utils.MetricFamily.COUNTER)
+    metric = family.Metric(labels={"model": "m"})
+    metric.increment(3)
+    assert metric.value() == 3.0
+    assert model_exception(metric.set, 1.0).startswith("Failed to set metric value: ")
+    assert model_exception(metric.increment, -1.0).startswith("Failed to increment metric value: ")
+    assert model_exception(family.Metric, labels=[1]) == "Failed to create metric. Labels must be a dictionary."
+    assert model_exception(family.Metric, buckets=[1.0]) == "Failed to create metric. Unexpected buckets found."
+    histogram = pb_utils.MetricFamily("sizes", "Sizes", pb_utils.MetricFamily.HISTOGRAM)
+    assert model_exception(histogram.Metric) == "Failed to create metric. Missing required buckets."
+    histogram.Metric(buckets=[1.0, 2.0]).observe(1.5)
+    assert model_exception(pb_utils.MetricFamily, "latency", "", pb_utils.MetricFamily.GAUGE).startswith(
+        "Error when creating MetricFamily: "
+    )
