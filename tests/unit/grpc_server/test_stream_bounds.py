@@ -26,8 +26,8 @@ async def test_a_client_that_stops_reading_stops_the_stream(monkeypatch: pytest.
             read += 1
             yield pb.ModelInferRequest(model_name="m", id=str(i))
 
-    async def answered_at_once(request: Any) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        yield pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(id=request.id))
+    async def answered_at_once(request: Any) -> AsyncIterator[tuple[pb.ModelStreamInferResponse, None]]:
+        yield pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(id=request.id)), None
 
     servicer = InferenceServicer(service=None)  # type: ignore[arg-type]  # _stream_responses is replaced
     monkeypatch.setattr(servicer, "_stream_responses", answered_at_once)
