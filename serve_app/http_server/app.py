@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from serve_app.config import config_to_json
 from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
+from serve_app.http_server.disconnect import cancel_on_disconnect
 from serve_app.http_server.generate import generate_routes
 from serve_app.http_server.shared_memory import shared_memory_routes
 from serve_app.http_server.trace_logging import mark_received, trace_logging_routes, traced_infer
@@ -134,7 +135,7 @@ def build_http_app(
             limits=limits,
             shm=service.shared_memory,
         )
-        resp = await service.infer(model, req)
+        resp = await cancel_on_disconnect(request.receive, service.infer(model, req))
         payload, json_length = http_codec.encode_infer_response(resp, req, service.shared_memory)
         content = payload if isinstance(payload, bytes) else b"".join(payload)
         if json_length is None:

@@ -8,7 +8,7 @@ as Triton's does) and its responses come back one by one
 model that sends nothing for ``response_timeout_s`` has its request ended
 with an error, so no client waits for ever; a client that stops reading
 cancels the request on the instance.  Statistics count a request once, at
-its final response.
+its final response, or as failed with reason CANCELED when its client left first.
 """
 
 from __future__ import annotations
@@ -95,6 +95,10 @@ class DecoupledScheduler:
                 self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
                 finished = True
                 yield StreamItem(error=error, final=True)
+        except (asyncio.CancelledError, GeneratorExit):
+            if not finished:  # the client cancelled or stopped reading before the final response
+                self.stats.record_failure("CANCELED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
         finally:
             self.inflight -= 1
             self.stats.pending -= 1

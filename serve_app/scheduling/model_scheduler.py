@@ -5,7 +5,10 @@ instances: a batch is formed only when an instance can take it (at most
 ``capacity`` calls in flight), merged into one execution, and sent in one
 call.  So one Ray hop carries a whole batch, and queueing, priorities, queue
 policies and statistics see every request of the model at once, as in Triton's
-per-model dynamic batcher.  The decisions themselves are the pure
+per-model dynamic batcher.  A request whose caller is cancelled (its client
+cancelled the call or closed the connection) while it waits in the queue
+leaves the queue at once, never executes, and counts as failed with reason
+CANCELED; one already sent to an instance runs to its end.  The decisions themselves are the pure
 :class:`~serve_app.scheduling.dynamic_batcher.DynamicBatcher`; this class only
 drives it with asyncio and a clock.
 """
@@ -19,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from serve_app import datatypes
-from serve_app.errors import InternalError, ServeError, Unavailable, as_serve_error
+from serve_app.errors import Cancelled, InternalError, ServeError, Unavailable, as_serve_error
 from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
 from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, ExecutionResult, PartResult, RequestPart
 from serve_app.inference.options import RequestOptions
@@ -27,7 +30,7 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
-from serve_app.scheduling.priority_queue import TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
+from serve_app.scheduling.priority_queue import CANCELLED_MESSAGE, TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
 from serve_app.stats import ModelStats
 from serve_app.telemetry import spans
 from serve_app.tracing import TraceLink
@@ -105,7 +108,7 @@ class ModelScheduler:
             key = shape_key(request, self._batched) if batch_size else object()
         now = self._clock()
         try:
-            self.batcher.queue.push(
+            entry = self.batcher.queue.push(
                 job,
                 batch_size=batch_size,
                 shape_key=key,
@@ -120,7 +123,22 @@ class ModelScheduler:
         if self._ordered:
             self._order.append(job)
         self._pump()
-        return await job.future
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._withdraw(job, entry)
+            raise
+
+    def _withdraw(self, job: Job, entry: QueuedRequest[Job]) -> None:
+        """The caller went away: drop its request if it still waits, and count it as Triton counts a
+        cancelled request (failed, reason CANCELED)."""
+        if not self.batcher.queue.remove(entry):
+            return  # already sent to an instance: it runs, its response goes nowhere
+        self.stats.pending -= 1
+        self.stats.record_failure("CANCELED", self._clock() - job.arrival_ns, time.time_ns() // 1_000_000)
+        if self._ordered:
+            self._finish(job, Cancelled(CANCELLED_MESSAGE))  # the responses held behind it may go
+        self._pump()  # the batch being gathered may now be complete
 
     # -- the loop ----------------------------------------------------------------
     def _pump(self) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.e2e import control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
+from tests.e2e import cancel_models, control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
 from tests.e2e.models import identity_all, slow_identity
 from tests.support import example_models, python_models
 from tests.support.net import free_port
@@ -75,6 +75,7 @@ def build_repository(repo: pathlib.Path) -> None:
     ensemble_models.build_all(repo)  # ens_onnx, ens_mixed and scores for test_ensemble_classification.py
     control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
     python_models.build_e2e(repo)  # py_* for test_python_backend.py (Python backend, decoupled, generate, BLS)
+    cancel_models.build(repo)  # gate for test_cancellation.py
 
 
 def _ready(http_url: str, ca_file: str | None = None) -> bool:

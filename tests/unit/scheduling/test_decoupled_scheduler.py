@@ -211,3 +211,5 @@ async def test_a_client_that_stops_reading_closes_the_instance_stream() -> None:
     assert s.drained()
     assert s.stats.pending == 0
     assert s.stats.inference_count == 0
+    assert s.stats.failures["CANCELED"] == 1  # it left before the final response
+    assert s.stats.inference["fail"].count == 1
