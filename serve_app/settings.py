@@ -13,6 +13,7 @@ from typing import Any
 from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.logs import LogSettings
+from serve_app.metrics_options import MetricsOptions
 from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings, optional_tls
 from serve_app.tracing import TraceStartup
@@ -182,6 +183,17 @@ class ServerSettings:
         sep=";",
         metavar="[MODE,]SETTING=VALUE",
     )
+    metrics_config: tuple[str, ...] = setting(
+        (),
+        "Triton's --metrics-config, '<setting>=<value>': histogram_latencies=true (the "
+        "nv_inference_first_response_histogram_ms histogram; buckets from the model config's model_metrics), "
+        "summary_latencies=true (the nv_inference_*_summary_us summaries of the last minute), "
+        "summary_quantiles=<q>:<error>,... (default 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001), "
+        "counter_latencies=false (drops the *_duration_us counters) (repeatable)",
+        repeat=True,
+        sep=";",
+        metavar="SETTING=VALUE",
+    )
     log_verbose: int = setting(0, "Triton's --log-verbose: a level above 0 logs debug messages too")
     log_info: bool = setting(True, "Triton's --log-info: log info messages")
     log_warning: bool = setting(True, "Triton's --log-warning: log warning messages")
@@ -201,6 +213,7 @@ class ServerSettings:
         self.restricted_apis()
         self.trace_startup()
         self.log_settings()
+        self.metrics_options()
 
     def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
@@ -229,6 +242,10 @@ class ServerSettings:
     def trace_startup(self) -> TraceStartup:
         """The start-up trace settings (``trace_config`` parsed as Triton parses --trace-config)."""
         return TraceStartup.parse(self.trace_config)
+
+    def metrics_options(self) -> MetricsOptions:
+        """Which latency metrics the metrics port shows (``metrics_config`` parsed as Triton's --metrics-config)."""
+        return MetricsOptions.parse(self.metrics_config)
 
     def log_settings(self) -> LogSettings:
         return LogSettings(

@@ -13,6 +13,6 @@ from serve_app.stats.prometheus import CONTENT_TYPE, render
 
 def build_metrics_app(service: InferenceService) -> Starlette:
     async def metrics(_: Request) -> Response:
-        return Response(render(await service.model_metrics()), media_type=CONTENT_TYPE)
+        return Response(render(await service.model_metrics(), service.metrics), media_type=CONTENT_TYPE)
 
     return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])

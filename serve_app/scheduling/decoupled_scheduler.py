@@ -63,7 +63,7 @@ class DecoupledScheduler:
         self.inflight += 1
         self.stats.pending += 1
         dispatch_ns = self._clock()
-        finished = False
+        finished = responded = False
         try:
             async with contextlib.aclosing(self._stream(execution)) as responses:
                 while not finished:
@@ -77,6 +77,9 @@ class DecoupledScheduler:
                             "request (its final flag)"
                         ) from None
                     finished = answer.final
+                    if not responded and not answer.empty:
+                        responded = True
+                        self.stats.record_first_response(self._clock() - arrival_ns)
                     if finished:
                         self._count(answer, arrival_ns, dispatch_ns)
                     if answer.error is not None:
@@ -109,7 +112,9 @@ class DecoupledScheduler:
             self.stats.record_failure("BACKEND", now - arrival_ns, now_ms, executed_ns=answer.compute_ns)
             return
         self.stats.record_execution(1, 0, answer.compute_ns, 0)
-        self.stats.record_success(1, now - arrival_ns, dispatch_ns - arrival_ns, 0, answer.compute_ns, 0, now_ms)
+        self.stats.record_success(
+            1, now - arrival_ns, dispatch_ns - arrival_ns, 0, answer.compute_ns, 0, now_ms, first_response=False
+        )
 
     def drained(self) -> bool:
         return self.inflight == 0

@@ -24,6 +24,7 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.inference.validate import validate_request
 from serve_app.keys import ModelKey, parse_version
+from serve_app.metrics_options import MetricsOptions
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.base import Scheduler
@@ -36,6 +37,7 @@ from serve_app.service.model_executor import ModelExecutor
 from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.shared_memory import SharedMemory
 from serve_app.stats import ModelStats
+from serve_app.stats.latency import Latencies
 from serve_app.stats.prometheus import ModelMetrics
 from serve_app.telemetry import spans
 
@@ -102,20 +104,23 @@ class InferenceService:
         extensions: tuple[str, ...] = EXTENSIONS,
         repository: RepositoryControl | None = None,
         max_queued: int = 0,
+        metrics: MetricsOptions | None = None,
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
         diagnostics: Diagnostics | None = None,
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
-        UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
-        process's schedulers; a host with several front-end processes adds theirs up).  ``shared_memory``:
+        UNAVAILABLE (0: unbounded).  ``metrics``: the latency metrics to keep (--metrics-config).
+        ``stats_source``: where statistics come from (default: this process's schedulers; a host with
+        several front-end processes adds theirs up).  ``shared_memory``:
         the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
         the trace and log settings (default: tracing off, settings changed in this process only)."""
         self.registry = registry
         self.executor = executor
         self.repository = repository
         self.max_queued = max_queued
+        self.metrics = metrics or MetricsOptions()
         self.stats_source: StatsSource = stats_source or self._local_stats
         self.shared_memory = shared_memory or SharedMemory()
         listed = list(extensions)
@@ -299,6 +304,7 @@ class InferenceService:
                 max_queued=self.max_queued,
                 per_request=model.config.backend in PER_REQUEST_BACKENDS,
             )
+        sched.stats.latencies = Latencies.for_model(self.metrics, model.config)
         model.scheduler = sched
         return sched
 
@@ -350,6 +356,8 @@ class InferenceService:
         out = []
         for stats in await self.model_statistics():
             model = self.registry.resolve(stats.name, stats.version)
+            if stats.latencies is None:  # no request yet: its histogram and summaries show empty
+                stats.latencies = Latencies.for_model(self.metrics, model.config)
             instances = None if model.is_ensemble else self.executor.instances(model.key)
             out.append(ModelMetrics(stats, dict(model.config.metric_tags), instances))
         return out

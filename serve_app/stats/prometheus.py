@@ -11,11 +11,17 @@ counter family ``<name>_total`` and so cannot reproduce Triton's names.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from serve_app.metrics_options import MetricsOptions
+from serve_app.stats.latency import FIRST_RESPONSE_HISTOGRAM, SUMMARIES
 from serve_app.stats.model_stats import FAILURE_REASONS, ModelStats
+
+DEFAULT_OPTIONS = MetricsOptions()
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -63,13 +69,14 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _sample(name: str, labels: Mapping[str, str], value: int) -> str:
+def _sample(name: str, labels: Mapping[str, str], value: int | str) -> str:
     inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
     return f"{name}{{{inner}}} {value}"
 
 
-def render(models: Sequence[ModelMetrics]) -> bytes:
-    """The Prometheus text exposition (format 0.0.4) of ``models``' metrics."""
+def render(models: Sequence[ModelMetrics], options: MetricsOptions = DEFAULT_OPTIONS, now_ms: int = 0) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of ``models``' metrics; ``options``: which latency
+    metrics (--metrics-config); ``now_ms``: the wall-clock time summaries are computed at (default: now)."""
     labelled = [(m.stats, _labels(m)) for m in models]
     lines: list[str] = []
 
@@ -91,6 +98,8 @@ def render(models: Sequence[ModelMetrics]) -> bytes:
         ),
     )
     for name, help_text, value in _COUNTERS[1:]:
+        if name.endswith("_duration_us") and not options.counter_latencies:
+            continue
         family(name, help_text, "counter", (_sample(name, lb, value(s)) for s, lb in labelled))
     family(
         "nv_inference_pending_request_count",
@@ -98,6 +107,17 @@ def render(models: Sequence[ModelMetrics]) -> bytes:
         "gauge",
         (_sample("nv_inference_pending_request_count", lb, max(0, s.pending)) for s, lb in labelled),
     )
+    if options.histogram_latencies:
+        family(
+            FIRST_RESPONSE_HISTOGRAM,
+            "Duration from request to first response in milliseconds",
+            "histogram",
+            _histogram_samples(labelled),
+        )
+    if options.summary_latencies:
+        at = now_ms or time.time_ns() // 1_000_000
+        for (name, kind), help_text in zip(SUMMARIES, _SUMMARY_HELP, strict=True):
+            family(name, help_text, "summary", _summary_samples(name, kind, labelled, options, at))
     counted = [(m.instances, lb) for m, (_, lb) in zip(models, labelled, strict=True) if m.instances is not None]
     if counted:
         family(
@@ -108,3 +128,44 @@ def render(models: Sequence[ModelMetrics]) -> bytes:
              for n, lb in counted),
         )  # fmt: skip
     return ("\n".join(lines) + "\n").encode()
+
+
+_SUMMARY_HELP = (
+    "Summary of inference request duration in microseconds (includes cached requests)",
+    "Summary of inference queuing duration in microseconds (includes cached requests)",
+    "Cumulative compute input duration in microseconds (does not include cached requests)",
+    "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+)  # Triton's help texts
+
+
+def _histogram_samples(labelled: list[tuple[ModelStats, dict[str, str]]]) -> Iterator[str]:
+    name = FIRST_RESPONSE_HISTOGRAM
+    for s, lb in labelled:
+        h = s.latencies.first_response if s.latencies is not None else None
+        if h is None:
+            continue
+        for le, n in h.cumulative():
+            yield _sample(f"{name}_bucket", {**lb, "le": le}, n)
+        yield _sample(f"{name}_sum", lb, _float(h.total))
+        yield _sample(f"{name}_count", lb, h.count)
+
+
+def _summary_samples(
+    name: str, kind: str, labelled: list[tuple[ModelStats, dict[str, str]]], options: MetricsOptions, now_ms: int
+) -> Iterator[str]:
+    for s, lb in labelled:
+        summary = s.latencies.summaries.get(kind) if s.latencies is not None else None
+        if summary is None:
+            continue
+        for q, v in summary.quantiles([q for q, _ in options.quantiles], now_ms):
+            yield _sample(name, {**lb, "quantile": _float(q)}, _float(v))
+        yield _sample(f"{name}_sum", lb, _float(summary.total))
+        yield _sample(f"{name}_count", lb, summary.count)
+
+
+def _float(value: float) -> str:
+    """A value as Prometheus text writes it (whole numbers without a fraction, NaN as ``NaN``)."""
+    if math.isnan(value):
+        return "NaN"
+    return str(int(value)) if value == int(value) else repr(value)
