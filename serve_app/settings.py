@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any
 
+from serve_app.cache_config import CacheConfig
 from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.logs import LogSettings
@@ -194,6 +195,14 @@ class ServerSettings:
         sep=";",
         metavar="SETTING=VALUE",
     )
+    cache_config: tuple[str, ...] = setting(
+        (),
+        "Triton's --cache-config, '<cache>,<setting>=<value>': local,size=N keeps up to N bytes of answers for "
+        "the models whose config says response_cache { enable: true } (one cache in each gateway process)",
+        repeat=True,
+        sep=";",
+        metavar="CACHE,SETTING=VALUE",
+    )
     log_verbose: int = setting(0, "Triton's --log-verbose: a level above 0 logs debug messages too")
     log_info: bool = setting(True, "Triton's --log-info: log info messages")
     log_warning: bool = setting(True, "Triton's --log-warning: log warning messages")
@@ -214,6 +223,7 @@ class ServerSettings:
         self.trace_startup()
         self.log_settings()
         self.metrics_options()
+        self.response_cache()
 
     def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
@@ -246,6 +256,10 @@ class ServerSettings:
     def metrics_options(self) -> MetricsOptions:
         """Which latency metrics the metrics port shows (``metrics_config`` parsed as Triton's --metrics-config)."""
         return MetricsOptions.parse(self.metrics_config)
+
+    def response_cache(self) -> CacheConfig:
+        """The response cache (``cache_config`` parsed as Triton's --cache-config)."""
+        return CacheConfig.parse(self.cache_config)
 
     def log_settings(self) -> LogSettings:
         return LogSettings(

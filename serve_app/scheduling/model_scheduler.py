@@ -8,7 +8,10 @@ policies and statistics see every request of the model at once, as in Triton's
 per-model dynamic batcher.  A request whose caller is cancelled (its client
 cancelled the call or closed the connection) while it waits in the queue
 leaves the queue at once, never executes, and counts as failed with reason
-CANCELED; one already sent to an instance runs to its end.  The decisions themselves are the pure
+CANCELED; one already sent to an instance runs to its end.  With a response
+cache (the model's ``response_cache { enable: true }`` and the server's
+``--cache-config``), a request whose answer is cached is answered at once,
+without queueing or executing; the answers of the others are kept.  The decisions themselves are the pure
 :class:`~serve_app.scheduling.dynamic_batcher.DynamicBatcher`; this class only
 drives it with asyncio and a clock.
 """
@@ -31,6 +34,7 @@ from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
 from serve_app.scheduling.priority_queue import CANCELLED_MESSAGE, TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
+from serve_app.scheduling.response_cache import ResponseCache, cache_key
 from serve_app.stats import ModelStats
 from serve_app.telemetry import spans
 from serve_app.tracing import TraceLink
@@ -49,6 +53,8 @@ class Job:
     outcome: Outcome | None = field(default=None)  # held back when responses must keep their order
     part: RequestPart | None = None  # the request as a backend that answers requests one by one sees it
     trace: TraceLink | None = None  # a traced request's model span, for the instance's compute span
+    cache_key: bytes = b""  # its key in the response cache, when the model's answers are cached
+    lookup_ns: int = 0  # how long the cache lookup that missed took
 
 
 class ModelScheduler:
@@ -63,13 +69,15 @@ class ModelScheduler:
         max_queued: int = 0,
         per_request: bool = False,
         clock: Callable[[], int] = time.monotonic_ns,
+        cache: ResponseCache | None = None,
     ) -> None:
         """``per_request``: the backend answers each request of a batch on its own (the Python backend): an
         execution carries the requests' own tensors, not merged ones.  ``capacity``: calls in flight at once.
         ``executions_per_call``: executions one call may carry (default: 1 with a dynamic batcher, which forms
         a batch per free instance; 64 for the default scheduler, where each request is its own execution and
         several share the hop).
-        ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound)."""
+        ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound).
+        ``cache``: the response cache that answers this model's repeated requests (None: not cached)."""
         batching = BatchingConfig.from_model_config(config)
         queue: PriorityQueue[Job] = (
             PriorityQueue.from_config(config.dynamic_batching, max_queued)
@@ -93,25 +101,38 @@ class ModelScheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._cache = cache
 
     # -- admission -------------------------------------------------------------
     async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         """Queue a validated request and wait for its response."""
         batch_size = options.batch_size
+        key = b""
+        lookup_ns = 0
+        if self._cache is not None:
+            start = self._clock()
+            key = cache_key(request, self.signature.name, self.signature.version)
+            hit = self._cache.lookup(key, request.id)
+            lookup_ns = self._clock() - start
+            if hit is not None:
+                now_ms = time.time_ns() // 1_000_000
+                self.stats.record_cache_hit(self._clock() - arrival_ns, start - arrival_ns, lookup_ns, now_ms)
+                return hit
         loop = asyncio.get_running_loop()
         job = Job(request, batch_size, arrival_ns, loop.create_future(), trace=spans.current_link())
+        job.cache_key, job.lookup_ns = key, lookup_ns
         if self._per_request:
             job.part = request_part(request, options)
-        key: object = None
+        batch_key: object = None
         if self._shape_keys:
             # A request without a batch dimension (shape tensors only) never shares a batch.
-            key = shape_key(request, self._batched) if batch_size else object()
+            batch_key = shape_key(request, self._batched) if batch_size else object()
         now = self._clock()
         try:
             entry = self.batcher.queue.push(
                 job,
                 batch_size=batch_size,
-                shape_key=key,
+                shape_key=batch_key,
                 priority=options.priority,
                 timeout_us=options.timeout_us,
                 now_ns=now,
@@ -245,7 +266,9 @@ class ModelScheduler:
                 outputs.append(InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(arr.shape), arr))
             queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
             stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
-            self._finish(job, InferResponse(sig.name, sig.version, req.id, outputs))
+            response = InferResponse(sig.name, sig.version, req.id, outputs)
+            self._keep(job, response)
+            self._finish(job, response)
 
     def _complete_parts(self, result: ExecutionResult, group: list[Job], now: int, now_ms: int) -> None:
         """Each request's own answer (a backend that answers requests one by one)."""
@@ -269,7 +292,18 @@ class ModelScheduler:
             response.parameters.update(part.parameters)
             queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
             self.stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
+            self._keep(job, response)
             self._finish(job, response)
+
+    def _keep(self, job: Job, response: InferResponse) -> None:
+        """A computed answer goes into the cache; the miss is counted as Triton counts it (lookup and insert
+        time, unless another request put the same answer there first)."""
+        if self._cache is None or not job.cache_key:
+            return
+        start = self._clock()
+        stored = self._cache.insert(job.cache_key, response)
+        if stored or job.cache_key not in self._cache:
+            self.stats.record_cache_miss(job.lookup_ns + self._clock() - start)
 
     def _reject(self, rejected: list[QueuedRequest[Job]]) -> None:
         if not rejected:

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from serve_app.cache_config import CacheConfig
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
 from serve_app.errors import InvalidArgument, Unavailable, Unsupported
@@ -31,6 +32,7 @@ from serve_app.scheduling.base import Scheduler
 from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
+from serve_app.scheduling.response_cache import ResponseCache
 from serve_app.sequence.scheduler import SequenceScheduler
 from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.model_executor import ModelExecutor
@@ -105,6 +107,7 @@ class InferenceService:
         repository: RepositoryControl | None = None,
         max_queued: int = 0,
         metrics: MetricsOptions | None = None,
+        cache: CacheConfig | None = None,
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
         diagnostics: Diagnostics | None = None,
@@ -112,6 +115,7 @@ class InferenceService:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``metrics``: the latency metrics to keep (--metrics-config).
+        ``cache``: the response cache (--cache-config) of the models that enable it.
         ``stats_source``: where statistics come from (default: this process's schedulers; a host with
         several front-end processes adds theirs up).  ``shared_memory``:
         the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
@@ -121,6 +125,7 @@ class InferenceService:
         self.repository = repository
         self.max_queued = max_queued
         self.metrics = metrics or MetricsOptions()
+        self.cache = ResponseCache(cache.size_bytes) if cache is not None and cache.enabled else None
         self.stats_source: StatsSource = stats_source or self._local_stats
         self.shared_memory = shared_memory or SharedMemory()
         listed = list(extensions)
@@ -303,6 +308,7 @@ class InferenceService:
                 capacity=self.executor.capacity(model.key),
                 max_queued=self.max_queued,
                 per_request=model.config.backend in PER_REQUEST_BACKENDS,
+                cache=self.cache if model.config.response_cache.enable else None,
             )
         sched.stats.latencies = Latencies.for_model(self.metrics, model.config)
         model.scheduler = sched
@@ -359,5 +365,6 @@ class InferenceService:
             if stats.latencies is None:  # no request yet: its histogram and summaries show empty
                 stats.latencies = Latencies.for_model(self.metrics, model.config)
             instances = None if model.is_ensemble else self.executor.instances(model.key)
-            out.append(ModelMetrics(stats, dict(model.config.metric_tags), instances))
+            cached = self.cache is not None and model.config.response_cache.enable and not model.is_ensemble
+            out.append(ModelMetrics(stats, dict(model.config.metric_tags), instances, cached))
         return out

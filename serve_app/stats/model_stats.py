@@ -114,6 +114,23 @@ class ModelStats:
         if self.latencies is not None:
             self.latencies.observe_first_response(since_arrival_ns)
 
+    def record_cache_hit(self, duration_ns: int, queue_ns: int, lookup_ns: int, now_ms: int) -> None:
+        """A request answered from the response cache, counted as Triton counts it: a success, its duration
+        and queue time, a cache hit; not an inference nor an execution."""
+        inf = self.inference
+        inf["success"].add(duration_ns)
+        inf["queue"].add(queue_ns)
+        inf["cache_hit"].add(lookup_ns)
+        if now_ms > self.last_inference_ms:
+            self.last_inference_ms = now_ms
+        self.record_first_response(duration_ns)
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """A computed answer stored in the cache: its lookup and insert time, also added to the request's
+        duration (Triton's accounting)."""
+        self.inference["cache_miss"].add(miss_ns)
+        self.inference["success"].ns += miss_ns
+
     def record_failure(self, reason: str, duration_ns: int, now_ms: int, *, executed_ns: int | None = None) -> None:
         """A failed request; ``executed_ns`` (infer + output time) when it failed in an execution."""
         self.inference["fail"].add(duration_ns)

@@ -33,6 +33,7 @@ class ModelMetrics:
     stats: ModelStats
     tags: Mapping[str, str]  # the config's metric_tags
     instances: int | None = None  # instances serving it now (ours: autoscaling moves it); None: not known
+    cached: bool = False  # its answers go through the response cache: the nv_cache_* metrics show
 
 
 def _labels(m: ModelMetrics) -> dict[str, str]:
@@ -107,6 +108,10 @@ def render(models: Sequence[ModelMetrics], options: MetricsOptions = DEFAULT_OPT
         "gauge",
         (_sample("nv_inference_pending_request_count", lb, max(0, s.pending)) for s, lb in labelled),
     )
+    cached = [(s, lb) for m, (s, lb) in zip(models, labelled, strict=True) if m.cached]
+    for name, help_text, value in _CACHE_COUNTERS:
+        if cached:
+            family(name, help_text, "counter", (_sample(name, lb, value(s)) for s, lb in cached))
     if options.histogram_latencies:
         family(
             FIRST_RESPONSE_HISTOGRAM,
@@ -129,6 +134,16 @@ def render(models: Sequence[ModelMetrics], options: MetricsOptions = DEFAULT_OPT
         )  # fmt: skip
     return ("\n".join(lines) + "\n").encode()
 
+
+# Triton's per-model cache metrics, shown for the models whose answers are cached.
+_CACHE_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.inference["cache_hit"].count),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds",
+     lambda s: s.inference["cache_hit"].ns // 1000),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda s: s.inference["cache_miss"].count),
+    ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds",
+     lambda s: s.inference["cache_miss"].ns // 1000),
+)  # fmt: skip
 
 _SUMMARY_HELP = (
     "Summary of inference request duration in microseconds (includes cached requests)",
