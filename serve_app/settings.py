@@ -15,6 +15,7 @@ from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.logs import LogSettings
 from serve_app.metrics_options import MetricsOptions
+from serve_app.security.paths import is_plain_name
 from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings, optional_tls
 from serve_app.tracing import TraceStartup
@@ -94,6 +95,11 @@ class ServerSettings:
         (), "explicit mode: a model to load at start ('*': every model)", repeat=True, metavar="NAME"
     )
     repository_poll_secs: float = setting(15.0, "poll mode: seconds between repository polls")
+    model_config_name: str = setting(
+        "",
+        "Triton's --model-config-name: load each model from configs/<name>.pbtxt in its directory where that "
+        "file exists, from config.pbtxt elsewhere",
+    )
     autoscaling_file: str = setting(
         "",
         "YAML/JSON file of per-model autoscaling settings ({model: {min_replicas: 1, max_replicas: 4, ...}}) that "
@@ -217,6 +223,11 @@ class ServerSettings:
             )
         if self.repository_poll_secs <= 0:
             raise InvalidArgument("repository_poll_secs must be positive")
+        if self.model_config_name and (not is_plain_name(self.model_config_name) or self.model_config_name[0] == "."):
+            raise InvalidArgument(
+                f"model_config_name {self.model_config_name!r} must be a file name (without .pbtxt) of a model's "
+                "configs/ directory"
+            )
         self.tls()  # a half-given TLS setting fails here, not in the gateway
         self.limits()
         self.restricted_apis()

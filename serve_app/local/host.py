@@ -39,13 +39,16 @@ class LocalHost:
         self.instances = instances  # (model, version) -> its one instance, e.g. to patch a backend in tests
 
     @classmethod
-    def from_repository(cls, repo_dir: str | pathlib.Path, **service_options: Any) -> LocalHost:
-        """Load every model of ``repo_dir``; ``service_options`` go to :class:`InferenceService`."""
+    def from_repository(
+        cls, repo_dir: str | pathlib.Path, *, model_config_name: str = "", **service_options: Any
+    ) -> LocalHost:
+        """Load every model of ``repo_dir`` (``model_config_name``: Triton's --model-config-name);
+        ``service_options`` go to :class:`InferenceService`."""
         registry = ModelRegistry()
         link = ServiceLink()  # what Python models' BLS calls reach (the service, once it exists)
         instances: dict[tuple[str, int], ModelInstance] = {}
         sources = {}
-        for name, source in ModelRepository(repo_dir).load_all().items():
+        for name, source in ModelRepository(repo_dir, model_config_name).load_all().items():
             if isinstance(source, ServeError):
                 registry.add_failed(FailedModel(name, source.message))
             else:

@@ -30,6 +30,7 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
     host = await asyncio.to_thread(
         LocalHost.from_repository,
         settings.model_repository,
+        model_config_name=settings.model_config_name,
         max_queued=settings.max_queue_size,
         metrics=settings.metrics_options(),
         cache=settings.response_cache(),

@@ -66,7 +66,7 @@ class ModelManager:
         quiet_router(settings)
         self._token = token
         self._router = router
-        self._repo = ModelRepository(settings.model_repository)
+        self._repo = ModelRepository(settings.model_repository, settings.model_config_name)
         self.mode = parse_control_mode(settings.model_control_mode)
         self.control = ModelControl(self._repo, self.mode, settings.load_model)
         self._scaling_overrides: dict[str, dict[str, Any]] = (
@@ -305,7 +305,7 @@ class ModelManager:
                 scaling[name] = autoscaling_spec(
                     source.config,
                     self._scaling_overrides.get(name),
-                    path=str(source.directory / "config.pbtxt"),
+                    path=str(source.directory / self._repo.config_file(source.directory)),
                     override_path=self.settings.autoscaling_file or "autoscaling override",
                 )
                 kept[name] = source
