@@ -95,6 +95,16 @@ class ServerSettings:
         (), "explicit mode: a model to load at start ('*': every model)", repeat=True, metavar="NAME"
     )
     repository_poll_secs: float = setting(15.0, "poll mode: seconds between repository polls")
+    model_load_thread_count: int = setting(
+        0,
+        "Triton's --model-load-thread-count: models whose instances start at once (the others wait their turn, "
+        "ensembles after their steps); 0: all at once, as Ray places them (Triton's default is 4)",
+    )
+    model_load_retry_count: int = setting(
+        0,
+        "Triton's --model-load-retry-count: times a model whose instances failed to start is started again "
+        "before its load fails",
+    )
     model_config_name: str = setting(
         "",
         "Triton's --model-config-name: load each model from configs/<name>.pbtxt in its directory where that "
@@ -223,6 +233,8 @@ class ServerSettings:
             )
         if self.repository_poll_secs <= 0:
             raise InvalidArgument("repository_poll_secs must be positive")
+        if self.model_load_thread_count < 0 or self.model_load_retry_count < 0:
+            raise InvalidArgument("model_load_thread_count and model_load_retry_count must be 0 or more")
         if self.model_config_name and (not is_plain_name(self.model_config_name) or self.model_config_name[0] == "."):
             raise InvalidArgument(
                 f"model_config_name {self.model_config_name!r} must be a file name (without .pbtxt) of a model's "

@@ -423,3 +423,52 @@ async def test_a_model_the_starting_gateways_hold_gets_its_line_when_they_loaded
     assert pools.awaiting == set()
     await m.mgr.hosting_taken("cpu", {ok: ""})  # a second gateway: the line is said once
     assert len(model_lines) == 2
+
+
+# -- --model-load-thread-count and --model-load-retry-count -----------------------------------------------------
+def record_deploys(m: Manager) -> list[list[str]]:
+    deploys: list[list[str]] = []
+    deploy = m.mgr._deploy
+
+    async def recorded(sources: dict[str, ModelSource], *, final: bool = True) -> dict[str, str]:
+        deploys.append(sorted(sources))
+        return await deploy(sources, final=final)
+
+    m.mgr._deploy = recorded  # type: ignore[method-assign]
+    return deploys
+
+
+async def test_a_load_thread_count_of_one_deploys_one_model_at_a_time(repo: pathlib.Path) -> None:
+    example_models.add_sub(repo, name="other", dims=DIMS)
+    m = Manager(repo, model_load_thread_count=1)
+    deploys = record_deploys(m)
+    failures = await m.mgr._load_models(m.sources("ens", "other", "add_sub"))
+    assert failures == {}
+    assert deploys == [["add_sub"], ["other"], ["ens"]]  # the ensemble after its step
+    assert m.mgr.control.loaded_names() == ["add_sub", "ens", "other"]
+
+
+async def test_a_model_that_fails_is_deployed_again_up_to_the_retry_count(repo: pathlib.Path) -> None:
+    m = Manager(repo, model_load_retry_count=2)
+    deploys = record_deploys(m)
+    attempts = {"add_sub": 0}
+
+    async def flaky(plan: ModelApps) -> dict[tuple[str, int], str]:
+        attempts["add_sub"] += 1
+        return {("add_sub", 1): "not yet"} if attempts["add_sub"] < 3 else {}
+
+    m.mgr._instance_states = flaky  # type: ignore[method-assign]
+    assert await m.mgr._load_models(m.sources("add_sub", "ens")) == {}
+    assert deploys == [["add_sub", "ens"], ["add_sub", "ens"], ["add_sub", "ens"]]  # the ensemble waits on its step
+    assert m.mgr._snapshot().failed == ()
+    assert [v.state for v in m.mgr._snapshot().served] == ["READY", "READY"]
+    assert len(m.published) == 3  # each failed attempt's instances were cleaned up
+
+
+async def test_a_model_that_keeps_failing_fails_once_its_retries_are_spent(repo: pathlib.Path) -> None:
+    m = Manager(repo, model_load_retry_count=1)
+    deploys = record_deploys(m)
+    m.bad["add_sub"] = "bad weights"
+    assert await m.mgr._load_models(m.sources("add_sub")) == {"add_sub": "bad weights"}
+    assert deploys == [["add_sub"], ["add_sub"]]
+    assert m.mgr._snapshot().failed == (("add_sub", "bad weights"),)
