@@ -15,6 +15,7 @@ from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.logs import LogSettings
 from serve_app.metrics_options import MetricsOptions
+from serve_app.rate_limit_config import RATE_LIMIT_MODES, parse_resources
 from serve_app.security.paths import is_plain_name
 from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings, optional_tls
@@ -211,6 +212,19 @@ class ServerSettings:
         sep=";",
         metavar="SETTING=VALUE",
     )
+    rate_limit: str = setting(
+        "off",
+        "Triton's --rate-limit: execution_count makes each execution of a model whose instance groups have a "
+        "rate_limiter hold its resources (counted per gateway process) and wait its turn by priority",
+        choices=RATE_LIMIT_MODES,
+    )
+    rate_limit_resource: tuple[str, ...] = setting(
+        (),
+        "Triton's --rate-limit-resource, '<name>:<count>[:<device>]': units of a rate-limiter resource "
+        "(default: the largest count a model needs); the device is accepted and counts as the process's",
+        repeat=True,
+        metavar="NAME:COUNT[:DEVICE]",
+    )
     cache_config: tuple[str, ...] = setting(
         (),
         "Triton's --cache-config, '<cache>,<setting>=<value>': local,size=N keeps up to N bytes of answers for "
@@ -247,6 +261,9 @@ class ServerSettings:
         self.log_settings()
         self.metrics_options()
         self.response_cache()
+        if self.rate_limit not in RATE_LIMIT_MODES:
+            raise InvalidArgument(f"rate_limit '{self.rate_limit}' is not one of {', '.join(RATE_LIMIT_MODES)}")
+        self.rate_limit_resources()
 
     def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
@@ -283,6 +300,12 @@ class ServerSettings:
     def response_cache(self) -> CacheConfig:
         """The response cache (``cache_config`` parsed as Triton's --cache-config)."""
         return CacheConfig.parse(self.cache_config)
+
+    def rate_limit_resources(self) -> dict[str, int] | None:
+        """The rate limiter's explicit resource counts, or None when it is off."""
+        if self.rate_limit == "off":
+            return None
+        return parse_resources(self.rate_limit_resource)
 
     def log_settings(self) -> LogSettings:
         return LogSettings(

@@ -21,6 +21,7 @@ from serve_app.errors import ServeError, as_serve_error
 from serve_app.local.executor import LocalModelExecutor
 from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
+from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.service import FailedModel, InferenceService, ModelRegistry, ServedModel
 from serve_app.service.registry import ensemble_readiness
 from serve_app.service.server_link import ServiceLink
@@ -57,11 +58,14 @@ class LocalHost:
             {n: s.config for n, s in sources.items()}, {n: set(s.versions) for n, s in sources.items()}
         )
         warmups: list[tuple[ServedModel, list[tuple[int, int, int, int]]]] = []
+        limits = service_options.get("rate_limits")
         for name, source in sources.items():
             if name in problems:
                 registry.add_failed(FailedModel(name, problems[name]))
                 continue
             try:
+                if limits is not None:
+                    check_resources(name, Needs.from_config(source.config), limits)
                 models = []
                 for version, model_file in source.versions.items():
                     model = ServedModel.create(name, version, source.config, labels=source.labels)

@@ -40,6 +40,7 @@ from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
+from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
 from serve_app.tracing import NewSetting
@@ -321,12 +322,15 @@ class ModelManager:
             {n: s.config for n, s in every.items()}, {n: set(s.versions) for n, s in every.items()}
         )
         scaling: dict[str, AutoscalingSpec | None] = {}
+        limits = self.settings.rate_limit_resources()
         kept: dict[str, ModelSource] = {}
         failures: dict[str, str] = {}
         for name, source in sources.items():
             try:
                 if name in problems:
                     raise ServeError(problems[name])
+                if limits is not None:
+                    check_resources(name, Needs.from_config(source.config), limits)
                 scaling[name] = autoscaling_spec(
                     source.config,
                     self._scaling_overrides.get(name),

@@ -34,6 +34,7 @@ from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
 from serve_app.scheduling.priority_queue import CANCELLED_MESSAGE, TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
+from serve_app.scheduling.rate_limiter import Needs, RateLimiter
 from serve_app.scheduling.response_cache import ResponseCache, cache_key
 from serve_app.stats import ModelStats
 from serve_app.telemetry import spans
@@ -70,6 +71,7 @@ class ModelScheduler:
         per_request: bool = False,
         clock: Callable[[], int] = time.monotonic_ns,
         cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         """``per_request``: the backend answers each request of a batch on its own (the Python backend): an
         execution carries the requests' own tensors, not merged ones.  ``capacity``: calls in flight at once.
@@ -77,7 +79,9 @@ class ModelScheduler:
         a batch per free instance; 64 for the default scheduler, where each request is its own execution and
         several share the hop).
         ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound).
-        ``cache``: the response cache that answers this model's repeated requests (None: not cached)."""
+        ``cache``: the response cache that answers this model's repeated requests (None: not cached).
+        ``limiter``: the rate limiter whose resources each execution holds (None, or a model whose instance
+        groups name no ``rate_limiter``: not limited)."""
         batching = BatchingConfig.from_model_config(config)
         queue: PriorityQueue[Job] = (
             PriorityQueue.from_config(config.dynamic_batching, max_queued)
@@ -102,6 +106,15 @@ class ModelScheduler:
         self._timer_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._cache = cache
+        self._limiter: RateLimiter | None = None
+        needs = Needs.from_config(config) if limiter is not None else None
+        if limiter is not None and needs is not None:
+            self._limiter = limiter
+            limiter.register(self, needs)
+            self._per_call = 1  # each execution holds the resources on its own, as each waits its own turn
+        self._grants = 0  # executions the rate limiter allowed that have not started yet
+        self._asked = False  # a request for the next one waits in the rate limiter
+        self._in_limiter = False  # calling the rate limiter: a grant it makes now needs no later pump
 
     # -- admission -------------------------------------------------------------
     async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
@@ -167,6 +180,13 @@ class ModelScheduler:
         self._reject(self.batcher.queue.expire(now))
         wait = 0
         while self.inflight < self.capacity and len(self.batcher.queue):
+            if self._limiter is not None and not self._grants:
+                if not self._asked:
+                    self._asked = self._in_limiter = True
+                    self._limiter.request(self, self._on_grant)  # may grant at once
+                    self._in_limiter = False
+                if not self._grants:
+                    break  # the rate limiter calls back when this model's resources are free
             batches: list[list[QueuedRequest[Job]]] = []
             while len(batches) < self._per_call:
                 decision = self.batcher.next_batch(now)
@@ -177,11 +197,33 @@ class ModelScheduler:
                 batches.append(decision.batch)
             if not batches:
                 break
+            if self._limiter is not None:
+                self._grants -= 1
             self._launch(batches, now)
+        if self._limiter is not None and not len(self.batcher.queue):
+            self._give_back()
         if not wait and len(self.batcher.queue):
             wait = self.batcher.expiry_wait_ns(now)  # instances busy: still reject timed-out requests on time
         if wait:
             self._arm(now, wait)
+
+    def _on_grant(self) -> None:
+        """The rate limiter allocated this model's resources: launch when the loop next runs (the grant may
+        come from inside another scheduler's call)."""
+        self._asked = False
+        self._grants += 1
+        if not self._in_limiter:
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _give_back(self) -> None:
+        """Nothing left to send: grants not used go back, a request still waiting is withdrawn."""
+        assert self._limiter is not None
+        if self._asked:
+            self._limiter.withdraw(self)
+            self._asked = False
+        while self._grants:
+            self._grants -= 1
+            self._limiter.release(self)
 
     def _arm(self, now: int, wait_ns: int) -> None:
         at = now + wait_ns
@@ -232,6 +274,12 @@ class ModelScheduler:
             reason = "OTHER"
         finally:
             self.inflight -= 1
+            if self._limiter is not None:
+                again = bool(len(self.batcher.queue)) and not self._asked and not self._grants
+                self._asked = self._asked or again
+                self._in_limiter = True
+                self._limiter.release(self, self._on_grant if again else None)
+                self._in_limiter = False
         try:
             now, now_ms = self._clock(), time.time_ns() // 1_000_000
             for execution, result, group in zip(executions, results, jobs, strict=True):

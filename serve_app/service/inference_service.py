@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from serve_app.cache_config import CacheConfig
@@ -32,6 +32,7 @@ from serve_app.scheduling.base import Scheduler
 from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
+from serve_app.scheduling.rate_limiter import RateLimiter
 from serve_app.scheduling.response_cache import ResponseCache
 from serve_app.sequence.scheduler import SequenceScheduler
 from serve_app.service.diagnostics import Diagnostics
@@ -108,6 +109,7 @@ class InferenceService:
         max_queued: int = 0,
         metrics: MetricsOptions | None = None,
         cache: CacheConfig | None = None,
+        rate_limits: Mapping[str, int] | None = None,
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
         diagnostics: Diagnostics | None = None,
@@ -115,7 +117,8 @@ class InferenceService:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
         UNAVAILABLE (0: unbounded).  ``metrics``: the latency metrics to keep (--metrics-config).
-        ``cache``: the response cache (--cache-config) of the models that enable it.
+        ``cache``: the response cache (--cache-config) of the models that enable it.  ``rate_limits``: the
+        rate limiter's explicit resource counts (None: --rate-limit off).
         ``stats_source``: where statistics come from (default: this process's schedulers; a host with
         several front-end processes adds theirs up).  ``shared_memory``:
         the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
@@ -126,6 +129,7 @@ class InferenceService:
         self.max_queued = max_queued
         self.metrics = metrics or MetricsOptions()
         self.cache = ResponseCache(cache.size_bytes) if cache is not None and cache.enabled else None
+        self.limiter = RateLimiter(dict(rate_limits)) if rate_limits is not None else None
         self.stats_source: StatsSource = stats_source or self._local_stats
         self.shared_memory = shared_memory or SharedMemory()
         listed = list(extensions)
@@ -309,6 +313,7 @@ class InferenceService:
                 max_queued=self.max_queued,
                 per_request=model.config.backend in PER_REQUEST_BACKENDS,
                 cache=self.cache if model.config.response_cache.enable else None,
+                limiter=self.limiter,
             )
         sched.stats.latencies = Latencies.for_model(self.metrics, model.config)
         model.scheduler = sched

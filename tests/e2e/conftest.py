@@ -79,6 +79,7 @@ def build_repository(repo: pathlib.Path) -> None:
     control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
     python_models.build_e2e(repo)  # py_* for test_python_backend.py (Python backend, decoupled, generate, BLS)
     cancel_models.build(repo)  # gate for test_cancellation.py
+    cancel_models.build_rate_limited(repo)  # rl_* for test_rate_limiter.py
     example_models.add_sub(repo, name="cached", extra_config="response_cache { enable: true }")  # test_response_cache
 
 
@@ -143,7 +144,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("model_repository")
     build_repository(repo)
     extra = ["--model-control-mode", "explicit", "--load-model", "*", "--allow-client-shm", "--ray-logs"]
-    extra += ["--cache-config", f"local,size={CACHE_BYTES}"]
+    extra += ["--cache-config", f"local,size={CACHE_BYTES}", "--rate-limit", "execution_count"]
     started, _ = start_server(tmp_path_factory, repo, extra, "server")
     yield started
     stop_server(started)

@@ -67,6 +67,16 @@ def test_tritons_metrics_cache_and_config_name_settings_are_checked_at_start() -
         ("metrics_config", "histogram_latencies=maybe", "expected true or false"),
         ("cache_config", "redis,host=h", "only 'local'"),
         ("model_config_name", "../x", "must be a file name"),
+        ("rate_limit", "requests", "rate_limit 'requests' is not one of off, execution_count"),
     ):
         with pytest.raises(InvalidArgument, match=message):
             ServerSettings.from_args({"model_repository": "/m", key: value})
+
+
+def test_rate_limit_resources_only_count_with_the_rate_limiter_on() -> None:
+    off = ServerSettings.from_args({"model_repository": "/m", "rate_limit_resource": "R:2"})
+    assert off.rate_limit_resources() is None
+    on = ServerSettings.from_args(
+        {"model_repository": "/m", "rate_limit": "execution_count", "rate_limit_resource": "R:2,S:1:0"}
+    )
+    assert on.rate_limit_resources() == {"R": 2, "S": 1}

@@ -472,3 +472,16 @@ async def test_a_model_that_keeps_failing_fails_once_its_retries_are_spent(repo:
     assert await m.mgr._load_models(m.sources("add_sub")) == {"add_sub": "bad weights"}
     assert deploys == [["add_sub"], ["add_sub"]]
     assert m.mgr._snapshot().failed == (("add_sub", "bad weights"),)
+
+
+def test_checked_fails_a_model_that_needs_more_of_a_resource_than_the_rate_limiter_has(tmp_path: pathlib.Path) -> None:
+    limited = 'instance_group [ { kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 2 } ] } } ]'
+    example_models.add_sub(tmp_path, name="greedy", dims=DIMS, extra_config=limited)
+    example_models.add_sub(tmp_path, name="plain", dims=DIMS)
+    m = Manager(tmp_path, rate_limit="execution_count", rate_limit_resource=("R:1",))
+    kept, _, failures = m.mgr._checked(m.sources("greedy", "plain"))
+    assert list(kept) == ["plain"]
+    assert 'Resource count for "R" is limited to 1' in failures["greedy"]
+    assert "the minimum required count is 2" in failures["greedy"]
+    without = Manager(tmp_path, rate_limit_resource=("R:1",))  # --rate-limit off: not checked
+    assert without.mgr._checked(without.sources("greedy"))[2] == {}
