@@ -5,15 +5,20 @@ instances: a batch is formed only when an instance can take it (at most
 ``capacity`` calls in flight), merged into one execution, and sent in one
 call.  So one Ray hop carries a whole batch, and queueing, priorities, queue
 policies and statistics see every request of the model at once, as in Triton's
-per-model dynamic batcher.  A request whose caller is cancelled (its client
-cancelled the call or closed the connection) while it waits in the queue
-leaves the queue at once, never executes, and counts as failed with reason
-CANCELED; one already sent to an instance runs to its end.  With a response
-cache (the model's ``response_cache { enable: true }`` and the server's
-``--cache-config``), a request whose answer is cached is answered at once,
-without queueing or executing; the answers of the others are kept.  The decisions themselves are the pure
+per-model dynamic batcher.  The decisions themselves are the pure
 :class:`~serve_app.scheduling.dynamic_batcher.DynamicBatcher`; this class only
 drives it with asyncio and a clock.
+
+- A request whose caller is cancelled (its client cancelled the call or closed
+  the connection) while it waits in the queue leaves the queue at once, never
+  executes, and counts as failed with reason CANCELED; one already sent to an
+  instance runs to its end.
+- With a response cache (the model's ``response_cache { enable: true }`` and
+  the server's ``--cache-config``), a request whose answer is cached is
+  answered at once, without queueing or executing; the others' answers are kept.
+- With a rate limiter (``--rate-limit execution_count`` and the model's
+  ``rate_limiter``), each execution first waits for its model's resources
+  (:mod:`~serve_app.scheduling.rate_limiter`) and gives them back when it ends.
 """
 
 from __future__ import annotations
