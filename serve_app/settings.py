@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any
 
+from serve_app.cache_config import CacheConfig
 from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.logs import LogSettings
+from serve_app.metrics_options import MetricsOptions
+from serve_app.rate_limit_config import RATE_LIMIT_MODES, parse_resources
+from serve_app.security.paths import is_plain_name
 from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings, optional_tls
 from serve_app.tracing import TraceStartup
@@ -100,6 +104,21 @@ class ServerSettings:
         "are refused (model files backends only read, such as ONNX, stay allowed)",
     )
     repository_poll_secs: float = setting(15.0, "poll mode: seconds between repository polls")
+    model_load_thread_count: int = setting(
+        0,
+        "Triton's --model-load-thread-count: models whose instances start at once (the others wait their turn, "
+        "ensembles after their steps); 0: all at once, as Ray places them (Triton's default is 4)",
+    )
+    model_load_retry_count: int = setting(
+        0,
+        "Triton's --model-load-retry-count: times a model whose instances failed to start is started again "
+        "before its load fails",
+    )
+    model_config_name: str = setting(
+        "",
+        "Triton's --model-config-name: load each model from configs/<name>.pbtxt in its directory where that "
+        "file exists, from config.pbtxt elsewhere",
+    )
     autoscaling_file: str = setting(
         "",
         "YAML/JSON file of per-model autoscaling settings ({model: {min_replicas: 1, max_replicas: 4, ...}}) that "
@@ -222,6 +241,38 @@ class ServerSettings:
         sep=";",
         metavar="[MODE,]SETTING=VALUE",
     )
+    metrics_config: tuple[str, ...] = setting(
+        (),
+        "Triton's --metrics-config, '<setting>=<value>': histogram_latencies=true (the "
+        "nv_inference_first_response_histogram_ms histogram; buckets from the model config's model_metrics), "
+        "summary_latencies=true (the nv_inference_*_summary_us summaries of the last minute), "
+        "summary_quantiles=<q>:<error>,... (default 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001), "
+        "counter_latencies=false (drops the *_duration_us counters) (repeatable)",
+        repeat=True,
+        sep=";",
+        metavar="SETTING=VALUE",
+    )
+    rate_limit: str = setting(
+        "off",
+        "Triton's --rate-limit: execution_count makes each execution of a model whose instance groups have a "
+        "rate_limiter hold its resources (counted per gateway process) and wait its turn by priority",
+        choices=RATE_LIMIT_MODES,
+    )
+    rate_limit_resource: tuple[str, ...] = setting(
+        (),
+        "Triton's --rate-limit-resource, '<name>:<count>[:<device>]': units of a rate-limiter resource "
+        "(default: the largest count a model needs); the device is accepted and counts as the process's",
+        repeat=True,
+        metavar="NAME:COUNT[:DEVICE]",
+    )
+    cache_config: tuple[str, ...] = setting(
+        (),
+        "Triton's --cache-config, '<cache>,<setting>=<value>': local,size=N keeps up to N bytes of answers for "
+        "the models whose config says response_cache { enable: true } (one cache in each gateway process)",
+        repeat=True,
+        sep=";",
+        metavar="CACHE,SETTING=VALUE",
+    )
     log_verbose: int = setting(0, "Triton's --log-verbose: a level above 0 logs debug messages too")
     log_info: bool = setting(True, "Triton's --log-info: log info messages")
     log_warning: bool = setting(True, "Triton's --log-warning: log warning messages")
@@ -236,6 +287,13 @@ class ServerSettings:
             )
         if self.repository_poll_secs <= 0:
             raise InvalidArgument("repository_poll_secs must be positive")
+        if self.model_load_thread_count < 0 or self.model_load_retry_count < 0:
+            raise InvalidArgument("model_load_thread_count and model_load_retry_count must be 0 or more")
+        if self.model_config_name and (not is_plain_name(self.model_config_name) or self.model_config_name[0] == "."):
+            raise InvalidArgument(
+                f"model_config_name {self.model_config_name!r} must be a file name (without .pbtxt) of a model's "
+                "configs/ directory"
+            )
         self.tls()  # a half-given TLS setting fails here, not in the gateway
         self.limits()
         self.restricted_apis()
@@ -243,6 +301,11 @@ class ServerSettings:
         self.log_settings()
         self.backend_settings()
         self.cuda_memory_pools()
+        self.metrics_options()
+        self.response_cache()
+        if self.rate_limit not in RATE_LIMIT_MODES:
+            raise InvalidArgument(f"rate_limit '{self.rate_limit}' is not one of {', '.join(RATE_LIMIT_MODES)}")
+        self.rate_limit_resources()
 
     def limits(self) -> RequestLimits:
         """The request limits both front ends enforce."""
@@ -302,6 +365,19 @@ class ServerSettings:
                 )
             pools[int(gpu)] = int(size)
         return pools
+    def metrics_options(self) -> MetricsOptions:
+        """Which latency metrics the metrics port shows (``metrics_config`` parsed as Triton's --metrics-config)."""
+        return MetricsOptions.parse(self.metrics_config)
+
+    def response_cache(self) -> CacheConfig:
+        """The response cache (``cache_config`` parsed as Triton's --cache-config)."""
+        return CacheConfig.parse(self.cache_config)
+
+    def rate_limit_resources(self) -> dict[str, int] | None:
+        """The rate limiter's explicit resource counts, or None when it is off."""
+        if self.rate_limit == "off":
+            return None
+        return parse_resources(self.rate_limit_resource)
 
     def log_settings(self) -> LogSettings:
         return LogSettings(

@@ -128,3 +128,25 @@ def _cycle(start: str, ensembles: Mapping[str, mc.ModelConfig]) -> list[str]:
 
 def composing_models(config: mc.ModelConfig) -> list[str]:
     return list(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
+
+
+def load_waves(models: Mapping[str, mc.ModelConfig], size: int) -> list[list[str]]:
+    """``models`` in groups of at most ``size`` to load one group after the other (``size`` 0: one group),
+    each ensemble in a group no earlier than the models its steps name (Triton's --model-load-thread-count:
+    at most that many models load at once)."""
+    depth: dict[str, int] = {}
+
+    def depth_of(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name not in depth:
+            config = models[name]
+            steps = [s for s in composing_models(config) if s in models and s not in seen]
+            if config.platform != ENSEMBLE_PLATFORM or not steps:
+                depth[name] = 0
+            else:
+                depth[name] = 1 + max(depth_of(s, seen | {name}) for s in steps)
+        return depth[name]
+
+    order = sorted(models, key=lambda n: (depth_of(n), n))
+    if size <= 0:
+        return [order] if order else []
+    return [order[i : i + size] for i in range(0, len(order), size)]

@@ -127,7 +127,7 @@ def build_http_app(
         body = await read_body(request, limits)
         mark_received()
         content, json_length = await infer_bytes(
-            service, model, name, version, body, request.headers.get(HEADER_LENGTH), limits
+            service, model, name, version, body, request.headers.get(HEADER_LENGTH), limits, request.receive
         )
         if json_length is None:
             return Response(content, media_type=JSON)

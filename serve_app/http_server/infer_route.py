@@ -14,6 +14,7 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.errors import Cancelled, InvalidArgument, Unsupported, as_serve_error
+from serve_app.http_server.disconnect import cancel_on_disconnect
 from serve_app.http_server.object_count import check_object_count
 from serve_app.limits import RequestLimits
 from serve_app.protocol import http_codec
@@ -37,9 +38,11 @@ async def infer_bytes(
     body: bytes,
     header_length: str | None,
     limits: RequestLimits,
+    receive: Receive | None = None,
 ) -> tuple[bytes, int | None]:
     """One inference from a request body: the response body, and its JSON header's length when binary
-    outputs follow it (``None``: all JSON)."""
+    outputs follow it (``None``: all JSON).  With the request's ``receive``, a client that closes its
+    connection meanwhile cancels the inference (it leaves the queue, counted CANCELED)."""
     check_object_count(body, header_length, name, limits)
     req = http_codec.decode_infer_request(
         body,
@@ -50,7 +53,8 @@ async def infer_bytes(
         limits=limits,
         shm=service.shared_memory,
     )
-    resp = await service.infer(model, req)
+    work = service.infer(model, req)
+    resp = await (cancel_on_disconnect(receive, work) if receive is not None else work)
     payload, json_length = http_codec.encode_infer_response(resp, req, service.shared_memory)
     return (payload if isinstance(payload, bytes) else b"".join(payload)), json_length
 
@@ -105,7 +109,7 @@ class FastInfer:
             declared_length(content_length, self.limits)
             body = await _read_body(receive, self.limits)
             content, json_length = await infer_bytes(
-                self.service, model, name, version, body, header_length, self.limits
+                self.service, model, name, version, body, header_length, self.limits, receive
             )
         except Exception as exc:  # never a bare 500 page: always {"error": ...}
             err = as_serve_error(exc)

@@ -13,7 +13,7 @@ from serve_app.stats.prometheus import CONTENT_TYPE, render
 
 def build_metrics_app(service: InferenceService) -> Starlette:
     async def metrics(_: Request) -> Response:
-        body = render(await service.model_metrics(), service.custom_metrics.render())
+        body = render(await service.model_metrics(), service.metrics, custom=service.custom_metrics.render())
         return Response(body, media_type=CONTENT_TYPE)
 
     return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])

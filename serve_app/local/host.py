@@ -22,6 +22,7 @@ from serve_app.local.devices import local_device
 from serve_app.local.executor import LocalModelExecutor
 from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
+from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.service import FailedModel, InferenceService, ModelRegistry, ServedModel
 from serve_app.service.registry import ensemble_readiness
 from serve_app.service.server_link import ServiceLink
@@ -41,15 +42,21 @@ class LocalHost:
 
     @classmethod
     def from_repository(
-        cls, repo_dir: str | pathlib.Path, *, complete_config: bool = True, **service_options: Any
+        cls,
+        repo_dir: str | pathlib.Path,
+        *,
+        complete_config: bool = True,
+        model_config_name: str = "",
+        **service_options: Any,
     ) -> LocalHost:
-        """Load every model of ``repo_dir`` (``complete_config``: as :class:`ModelRepository` says);
+        """Load every model of ``repo_dir`` (``complete_config``: as :class:`ModelRepository` says;
+        ``model_config_name``: Triton's --model-config-name);
         ``service_options`` go to :class:`InferenceService`."""
         registry = ModelRegistry()
         link = ServiceLink()  # what Python models' BLS calls reach (the service, once it exists)
         instances: dict[tuple[str, int], ModelInstance] = {}
         sources = {}
-        for name, source in ModelRepository(repo_dir, complete=complete_config).load_all().items():
+        for name, source in ModelRepository(repo_dir, model_config_name, complete=complete_config).load_all().items():
             if isinstance(source, ServeError):
                 registry.add_failed(FailedModel(name, source.message))
             else:
@@ -58,11 +65,14 @@ class LocalHost:
             {n: s.config for n, s in sources.items()}, {n: set(s.versions) for n, s in sources.items()}
         )
         warmups: list[tuple[ServedModel, list[tuple[int, int, int, int]]]] = []
+        limits = service_options.get("rate_limits")
         for name, source in sources.items():
             if name in problems:
                 registry.add_failed(FailedModel(name, problems[name]))
                 continue
             try:
+                if limits is not None:
+                    check_resources(name, Needs.from_config(source.config), limits)
                 models = []
                 for version, model_file in source.versions.items():
                     model = ServedModel.create(name, version, source.config, labels=source.labels)

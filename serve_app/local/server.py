@@ -30,7 +30,11 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
     host = await asyncio.to_thread(
         LocalHost.from_repository,
         settings.model_repository,
+        model_config_name=settings.model_config_name,
         max_queued=settings.max_queue_size,
+        metrics=settings.metrics_options(),
+        cache=settings.response_cache(),
+        rate_limits=settings.rate_limit_resources(),
         server_name=settings.server_name,
         shared_memory=SharedMemory(MemoryStore()) if settings.allow_client_shm else None,
         diagnostics=Diagnostics(settings.trace_startup(), settings.log_settings()),  # changed in this process

@@ -87,6 +87,9 @@ class Gateway:
             server_name=settings.server_name,
             repository=ManagerClient(manager),
             max_queued=settings.max_queue_size,
+            metrics=settings.metrics_options(),
+            cache=settings.response_cache(),
+            rate_limits=settings.rate_limit_resources(),
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
             # the gateways of a node share the registry: a region registered with one serves requests to any
             shared_memory=SharedMemory(DirectoryStore(node_directory(token))) if settings.allow_client_shm else None,

@@ -26,7 +26,7 @@ from ray import serve
 
 from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override_file
 from serve_app.config import ENSEMBLE_PLATFORM
-from serve_app.config.ensemble_deps import composing_models, ensemble_problems
+from serve_app.config.ensemble_deps import composing_models, ensemble_problems, load_waves
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.logs import LogSettings
@@ -40,6 +40,7 @@ from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
+from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
 from serve_app.tracing import NewSetting
@@ -66,7 +67,9 @@ class ModelManager:
         quiet_router(settings)
         self._token = token
         self._router = router
-        self._repo = ModelRepository(settings.model_repository, complete=not settings.strict_model_config)
+        self._repo = ModelRepository(
+            settings.model_repository, settings.model_config_name, complete=not settings.strict_model_config
+        )
         self.mode = parse_control_mode(settings.model_control_mode)
         self.control = ModelControl(
             self._repo, self.mode, settings.load_model, allow_code_upload=settings.allow_model_code_upload
@@ -94,7 +97,7 @@ class ModelManager:
             logger.warning("deleting %d model application(s) a previous model manager left", len(orphans))
             await asyncio.to_thread(_delete_apps, orphans)
         async with self._lock:
-            await self._deploy(self._startup_sources())
+            await self._load_models(self._startup_sources())
         self._poller = (
             asyncio.get_running_loop().create_task(self._poll_forever()) if self.mode is ControlMode.POLL else None
         )
@@ -171,7 +174,7 @@ class ModelManager:
         """Load (or reload) ``name``; returns once it serves, or raises why it doesn't."""
         async with self._lock:
             plan = self.control.prepare_load(name, config_json, dict(files or {}))
-            failures = await self._deploy(dict(plan.sources)) if plan.sources else {}
+            failures = await self._load_models(dict(plan.sources)) if plan.sources else {}
             if plan.unload:  # ensembles the reload left without the steps they need
                 await self._remove(list(plan.unload), reason="unloaded")
         if name in failures:
@@ -195,9 +198,32 @@ class ModelManager:
                 self.control.load_failed(name, err.message)
         return sources
 
-    async def _deploy(self, sources: dict[str, ModelSource]) -> dict[str, str]:
+    async def _load_models(self, sources: dict[str, ModelSource]) -> dict[str, str]:
+        """Deploy ``sources`` in waves of at most ``model_load_thread_count`` models, each ensemble no earlier
+        than its steps; a model that fails is deployed again up to ``model_load_retry_count`` times.  Returns
+        the models that failed in the end, and why."""
+        retries = self.settings.model_load_retry_count
+        failures: dict[str, str] = {}
+        configs = {name: source.config for name, source in sources.items()}
+        for wave in load_waves(configs, self.settings.model_load_thread_count):
+            pending = {name: sources[name] for name in wave}
+            for attempt in range(retries + 1):
+                last = attempt == retries
+                failed = await self._deploy(pending, final=last)
+                if last or not failed:
+                    failures.update(failed)
+                    break
+                for name, reason in sorted(failed.items()):
+                    again = f"{attempt + 1} of {retries}"
+                    logger.warning("model '%s' failed to load (%s); trying again (%s)", name, reason, again)
+                pending = {name: source for name, source in pending.items() if name in failed}
+        return failures
+
+    async def _deploy(self, sources: dict[str, ModelSource], *, final: bool = True) -> dict[str, str]:
         """Deploy a new generation of each model in ``sources``; publish those that came up.
-        Returns the models that failed, and why (a failed reload keeps the old generation serving)."""
+        Returns the models that failed, and why (a failed reload keeps the old generation serving).
+        ``final``: the failures are the models' outcome (otherwise they are tried again: only their
+        instances are cleaned up)."""
         requested = sources
         sources, scaling, failures = self._checked(sources)
         generations = {}
@@ -250,9 +276,11 @@ class ModelManager:
             new_apps = [a for sv in plan.served if sv.name == name for a in (r.app for r in sv.deployments)]
             new_apps = [a for a in new_apps if a in plan.apps]  # the model's own applications, not host pools
             if name in failures:
-                models_log.error(failed_line(name, failures[name]))
                 stale += new_apps
                 stale_groups |= plan.hosted_groups(name)
+                if not final:
+                    continue
+                models_log.error(failed_line(name, failures[name]))
                 self.control.load_failed(name, failures[name], source.versions)
                 if name not in self._served:  # a failed reload keeps the versions that serve
                     self._failed[name] = failures[name]
@@ -298,16 +326,19 @@ class ModelManager:
             {n: s.config for n, s in every.items()}, {n: set(s.versions) for n, s in every.items()}
         )
         scaling: dict[str, AutoscalingSpec | None] = {}
+        limits = self.settings.rate_limit_resources()
         kept: dict[str, ModelSource] = {}
         failures: dict[str, str] = {}
         for name, source in sources.items():
             try:
                 if name in problems:
                     raise ServeError(problems[name])
+                if limits is not None:
+                    check_resources(name, Needs.from_config(source.config), limits)
                 scaling[name] = autoscaling_spec(
                     source.config,
                     self._scaling_overrides.get(name),
-                    path=str(source.directory / "config.pbtxt"),
+                    path=str(source.directory / self._repo.config_file(source.directory)),
                     override_path=self.settings.autoscaling_file or "autoscaling override",
                 )
                 kept[name] = source
@@ -455,7 +486,7 @@ class ModelManager:
                     if name not in self._served:
                         self._failed[name] = message
             if sources:
-                await self._deploy(sources)
+                await self._load_models(sources)
             if changes.removed:
                 await self._remove(list(changes.removed), reason="unloaded")
 

@@ -78,7 +78,6 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.code_upload import code_in_load, refusal
 from serve_app.repository.fingerprint import model_fingerprint
 from serve_app.repository.repository import (
-    CONFIG_FILENAME,
     CONFIG_OVERRIDE,
     ModelRepository,
     ModelSource,
@@ -318,7 +317,8 @@ class ModelControl:
             {n: s.config for n, s in every.items()}, {n: set(s.versions) for n, s in every.items()}
         )
         if name in problems:
-            where = CONFIG_OVERRIDE if override is not None else str(every[name].directory / CONFIG_FILENAME)
+            directory = every[name].directory
+            where = CONFIG_OVERRIDE if override is not None else str(directory / self._repo.config_file(directory))
             raise config_error(name, where, problems[name])
         unload: dict[str, str] = {}
         for other in downstream:
@@ -529,7 +529,8 @@ class ModelControl:
         """An ensemble's step models, from what serves or a quick parse of config.pbtxt ([] if unreadable)."""
         if name in self._loaded:
             return _steps(self._loaded[name].config)
-        path = self._repo.root / name / CONFIG_FILENAME
+        directory = self._repo.root / name
+        path = directory / self._repo.config_file(directory)
         try:
             config = parse_config(path.read_text(encoding="utf-8"), model=name, path=str(path))
         except (OSError, UnicodeDecodeError, ServeError):

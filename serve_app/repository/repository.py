@@ -39,6 +39,7 @@ from serve_app.repository.version_policy import select_versions
 from serve_app.security.paths import confined, is_plain_name
 
 CONFIG_FILENAME = "config.pbtxt"
+CONFIGS_DIR = "configs"  # where --model-config-name's alternate configs live in a model's directory
 # What messages name as the "file" when a load request's config replaces config.pbtxt.
 CONFIG_OVERRIDE = "config override"
 _MAX_VERSION = 2**63 - 1  # versions are int64 on the wire
@@ -62,14 +63,17 @@ class ModelRepository:
     """Reads model directories under ``root``; holds no state between calls, so
     a poll sees the disk as it is now."""
 
-    def __init__(self, root: str | Path, *, complete: bool = True) -> None:
-        """``complete``: configs are completed from their models (inputs, outputs, batching, a Python
-        model's ``auto_complete_config``); off (Triton's strict model config), only the platform or
-        backend and Triton's defaults are filled in."""
+    def __init__(self, root: str | Path, config_name: str = "", *, complete: bool = True) -> None:
+        """``config_name``: Triton's --model-config-name: each model's ``configs/<config_name>.pbtxt`` where
+        it exists, instead of its config.pbtxt.  ``complete``: configs are completed from their models
+        (inputs, outputs, batching, a Python model's ``auto_complete_config``); off (Triton's strict model
+        config), only the platform or backend and Triton's defaults are filled in."""
         self._root = Path(root)
         self._complete = complete
         if not self._root.is_dir():
             raise NotFound(f"model repository '{root}' does not exist or is not a directory")
+        check_config_name(config_name)
+        self._config_name = config_name
 
     @property
     def root(self) -> Path:
@@ -113,6 +117,15 @@ class ModelRepository:
             return False
         return True
 
+    def config_file(self, directory: Path) -> str:
+        """The config a model directory is loaded from, relative to it: ``configs/<config_name>.pbtxt`` when
+        a config name is set and that file exists (Triton's rule), config.pbtxt otherwise."""
+        if self._config_name:
+            custom = f"{CONFIGS_DIR}/{self._config_name}.pbtxt"
+            if (directory / custom).is_file():
+                return custom
+        return CONFIG_FILENAME
+
     def model_dir(self, name: str) -> Path:
         """The directory of model ``name``; NotFound or InvalidArgument as :meth:`load` says."""
         return self._model_dir(name)
@@ -144,10 +157,11 @@ class ModelRepository:
             config = mc.ModelConfig()
             config.CopyFrom(config_override)
         else:
-            config_path = directory / CONFIG_FILENAME
+            config_file = self.config_file(directory)
+            config_path = directory / config_file
             has_config = config_path.is_file()
             if has_config:
-                _confine(name, directory, CONFIG_FILENAME, CONFIG_FILENAME, str(config_path))
+                _confine(name, directory, config_file, config_file, str(config_path))
             # The file messages name: config.pbtxt, else (generated config) the model file.
             where = str(config_path if has_config else directory)
             text = _read_text(config_path, name) if has_config else ""
@@ -199,6 +213,15 @@ class ModelRepository:
         validate_config(completed, model=name, path=where)
         labels = _labels(name, directory, completed, where)
         return ModelSource(name=name, directory=directory, config=completed, versions=versions, labels=labels)
+
+
+def check_config_name(config_name: str) -> None:
+    """A --model-config-name names a file of a model's configs/ directory, without its .pbtxt."""
+    if config_name and (not is_plain_name(config_name) or config_name.startswith(".")):
+        raise InvalidArgument(
+            f"invalid model config name {config_name!r}: must be a file name (without .pbtxt) in a model's "
+            f"{CONFIGS_DIR}/ directory"
+        )
 
 
 def validate_model_name(name: str) -> None:

@@ -8,7 +8,7 @@ as Triton's does) and its responses come back one by one
 model that sends nothing for ``response_timeout_s`` has its request ended
 with an error, so no client waits for ever; a client that stops reading
 cancels the request on the instance.  Statistics count a request once, at
-its final response.
+its final response, or as failed with reason CANCELED when its client left first.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class DecoupledScheduler:
         self.inflight += 1
         self.stats.pending += 1
         dispatch_ns = self._clock()
-        finished = False
+        finished = responded = False
         try:
             async with contextlib.aclosing(self._stream(execution)) as responses:
                 while not finished:
@@ -77,6 +77,9 @@ class DecoupledScheduler:
                             "request (its final flag)"
                         ) from None
                     finished = answer.final
+                    if not responded and not answer.empty:
+                        responded = True
+                        self.stats.record_first_response(self._clock() - arrival_ns)
                     if finished:
                         self._count(answer, arrival_ns, dispatch_ns)
                     if answer.error is not None:
@@ -95,6 +98,10 @@ class DecoupledScheduler:
                 self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
                 finished = True
                 yield StreamItem(error=error, final=True)
+        except (asyncio.CancelledError, GeneratorExit):
+            if not finished:  # the client cancelled or stopped reading before the final response
+                self.stats.record_failure("CANCELED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
         finally:
             self.inflight -= 1
             self.stats.pending -= 1
@@ -105,7 +112,9 @@ class DecoupledScheduler:
             self.stats.record_failure("BACKEND", now - arrival_ns, now_ms, executed_ns=answer.compute_ns)
             return
         self.stats.record_execution(1, 0, answer.compute_ns, 0)
-        self.stats.record_success(1, now - arrival_ns, dispatch_ns - arrival_ns, 0, answer.compute_ns, 0, now_ms)
+        self.stats.record_success(
+            1, now - arrival_ns, dispatch_ns - arrival_ns, 0, answer.compute_ns, 0, now_ms, first_response=False
+        )
 
     def drained(self) -> bool:
         return self.inflight == 0

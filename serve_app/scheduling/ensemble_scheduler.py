@@ -8,7 +8,8 @@ request); tensors pass from step to step as the same numpy arrays, without
 copies.  Only the steps the requested outputs need run (Triton prunes the
 others: their models' statistics don't move).  A failing step fails the request
 with Triton's ``in ensemble '<name>',`` prefix and the other running steps are
-cancelled.
+cancelled; so are all of them when the ensemble's client cancels (steps still
+queued in their models never run, each counted CANCELED, as is the ensemble).
 
 Sequences go through as Triton sends them: each step's request carries the
 ensemble request's parameters, its ``sequence_id``, ``sequence_start`` and
@@ -96,6 +97,9 @@ class EnsembleScheduler:
         except ServeError as exc:
             self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
             raise type(exc)(f"in ensemble '{self.signature.name}', {exc.message}") from None
+        except asyncio.CancelledError:  # the client left: its running steps were cancelled, its queued ones dropped
+            self.stats.record_failure("CANCELED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
         finally:
             self.stats.pending -= 1
         sig = self.signature

@@ -8,6 +8,17 @@ policies and statistics see every request of the model at once, as in Triton's
 per-model dynamic batcher.  The decisions themselves are the pure
 :class:`~serve_app.scheduling.dynamic_batcher.DynamicBatcher`; this class only
 drives it with asyncio and a clock.
+
+- A request whose caller is cancelled (its client cancelled the call or closed
+  the connection) while it waits in the queue leaves the queue at once, never
+  executes, and counts as failed with reason CANCELED; one already sent to an
+  instance runs to its end.
+- With a response cache (the model's ``response_cache { enable: true }`` and
+  the server's ``--cache-config``), a request whose answer is cached is
+  answered at once, without queueing or executing; the others' answers are kept.
+- With a rate limiter (``--rate-limit execution_count`` and the model's
+  ``rate_limiter``), each execution first waits for its model's resources
+  (:mod:`~serve_app.scheduling.rate_limiter`) and gives them back when it ends.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from serve_app import datatypes
-from serve_app.errors import InternalError, ServeError, Unavailable, as_serve_error
+from serve_app.errors import Cancelled, InternalError, ServeError, Unavailable, as_serve_error
 from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
 from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, ExecutionResult, PartResult, RequestPart
 from serve_app.inference.options import RequestOptions
@@ -27,7 +38,9 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
-from serve_app.scheduling.priority_queue import TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
+from serve_app.scheduling.priority_queue import CANCELLED_MESSAGE, TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
+from serve_app.scheduling.rate_limiter import Needs, RateLimiter
+from serve_app.scheduling.response_cache import ResponseCache, cache_key
 from serve_app.stats import ModelStats
 from serve_app.telemetry import spans
 from serve_app.tracing import TraceLink
@@ -46,6 +59,8 @@ class Job:
     outcome: Outcome | None = field(default=None)  # held back when responses must keep their order
     part: RequestPart | None = None  # the request as a backend that answers requests one by one sees it
     trace: TraceLink | None = None  # a traced request's model span, for the instance's compute span
+    cache_key: bytes = b""  # its key in the response cache, when the model's answers are cached
+    lookup_ns: int = 0  # how long the cache lookup that missed took
 
 
 class ModelScheduler:
@@ -60,13 +75,18 @@ class ModelScheduler:
         max_queued: int = 0,
         per_request: bool = False,
         clock: Callable[[], int] = time.monotonic_ns,
+        cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         """``per_request``: the backend answers each request of a batch on its own (the Python backend): an
         execution carries the requests' own tensors, not merged ones.  ``capacity``: calls in flight at once.
         ``executions_per_call``: executions one call may carry (default: 1 with a dynamic batcher, which forms
         a batch per free instance; 64 for the default scheduler, where each request is its own execution and
         several share the hop).
-        ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound)."""
+        ``max_queued``: requests it holds before refusing new ones with UNAVAILABLE (0: no bound).
+        ``cache``: the response cache that answers this model's repeated requests (None: not cached).
+        ``limiter``: the rate limiter whose resources each execution holds (None, or a model whose instance
+        groups name no ``rate_limiter``: not limited)."""
         batching = BatchingConfig.from_model_config(config)
         queue: PriorityQueue[Job] = (
             PriorityQueue.from_config(config.dynamic_batching, max_queued)
@@ -90,25 +110,47 @@ class ModelScheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._cache = cache
+        self._limiter: RateLimiter | None = None
+        needs = Needs.from_config(config) if limiter is not None else None
+        if limiter is not None and needs is not None:
+            self._limiter = limiter
+            limiter.register(self, needs)
+            self._per_call = 1  # each execution holds the resources on its own, as each waits its own turn
+        self._grants = 0  # executions the rate limiter allowed that have not started yet
+        self._asked = False  # a request for the next one waits in the rate limiter
+        self._in_limiter = False  # calling the rate limiter: a grant it makes now needs no later pump
 
     # -- admission -------------------------------------------------------------
     async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         """Queue a validated request and wait for its response."""
         batch_size = options.batch_size
+        key = b""
+        lookup_ns = 0
+        if self._cache is not None:
+            start = self._clock()
+            key = cache_key(request, self.signature.name, self.signature.version)
+            hit = self._cache.lookup(key, request.id)
+            lookup_ns = self._clock() - start
+            if hit is not None:
+                now_ms = time.time_ns() // 1_000_000
+                self.stats.record_cache_hit(self._clock() - arrival_ns, start - arrival_ns, lookup_ns, now_ms)
+                return hit
         loop = asyncio.get_running_loop()
         job = Job(request, batch_size, arrival_ns, loop.create_future(), trace=spans.current_link())
+        job.cache_key, job.lookup_ns = key, lookup_ns
         if self._per_request:
             job.part = request_part(request, options)
-        key: object = None
+        batch_key: object = None
         if self._shape_keys:
             # A request without a batch dimension (shape tensors only) never shares a batch.
-            key = shape_key(request, self._batched) if batch_size else object()
+            batch_key = shape_key(request, self._batched) if batch_size else object()
         now = self._clock()
         try:
-            self.batcher.queue.push(
+            entry = self.batcher.queue.push(
                 job,
                 batch_size=batch_size,
-                shape_key=key,
+                shape_key=batch_key,
                 priority=options.priority,
                 timeout_us=options.timeout_us,
                 now_ns=now,
@@ -120,7 +162,22 @@ class ModelScheduler:
         if self._ordered:
             self._order.append(job)
         self._pump()
-        return await job.future
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._withdraw(job, entry)
+            raise
+
+    def _withdraw(self, job: Job, entry: QueuedRequest[Job]) -> None:
+        """The caller went away: drop its request if it still waits, and count it as Triton counts a
+        cancelled request (failed, reason CANCELED)."""
+        if not self.batcher.queue.remove(entry):
+            return  # already sent to an instance: it runs, its response goes nowhere
+        self.stats.pending -= 1
+        self.stats.record_failure("CANCELED", self._clock() - job.arrival_ns, time.time_ns() // 1_000_000)
+        if self._ordered:
+            self._finish(job, Cancelled(CANCELLED_MESSAGE))  # the responses held behind it may go
+        self._pump()  # the batch being gathered may now be complete
 
     # -- the loop ----------------------------------------------------------------
     def _pump(self) -> None:
@@ -128,6 +185,13 @@ class ModelScheduler:
         self._reject(self.batcher.queue.expire(now))
         wait = 0
         while self.inflight < self.capacity and len(self.batcher.queue):
+            if self._limiter is not None and not self._grants:
+                if not self._asked:
+                    self._asked = self._in_limiter = True
+                    self._limiter.request(self, self._on_grant)  # may grant at once
+                    self._in_limiter = False
+                if not self._grants:
+                    break  # the rate limiter calls back when this model's resources are free
             batches: list[list[QueuedRequest[Job]]] = []
             while len(batches) < self._per_call:
                 decision = self.batcher.next_batch(now)
@@ -138,11 +202,33 @@ class ModelScheduler:
                 batches.append(decision.batch)
             if not batches:
                 break
+            if self._limiter is not None:
+                self._grants -= 1
             self._launch(batches, now)
+        if self._limiter is not None and not len(self.batcher.queue):
+            self._give_back()
         if not wait and len(self.batcher.queue):
             wait = self.batcher.expiry_wait_ns(now)  # instances busy: still reject timed-out requests on time
         if wait:
             self._arm(now, wait)
+
+    def _on_grant(self) -> None:
+        """The rate limiter allocated this model's resources: launch when the loop next runs (the grant may
+        come from inside another scheduler's call)."""
+        self._asked = False
+        self._grants += 1
+        if not self._in_limiter:
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _give_back(self) -> None:
+        """Nothing left to send: grants not used go back, a request still waiting is withdrawn."""
+        assert self._limiter is not None
+        if self._asked:
+            self._limiter.withdraw(self)
+            self._asked = False
+        while self._grants:
+            self._grants -= 1
+            self._limiter.release(self)
 
     def _arm(self, now: int, wait_ns: int) -> None:
         at = now + wait_ns
@@ -193,6 +279,12 @@ class ModelScheduler:
             reason = "OTHER"
         finally:
             self.inflight -= 1
+            if self._limiter is not None:
+                again = bool(len(self.batcher.queue)) and not self._asked and not self._grants
+                self._asked = self._asked or again
+                self._in_limiter = True
+                self._limiter.release(self, self._on_grant if again else None)
+                self._in_limiter = False
         try:
             now, now_ms = self._clock(), time.time_ns() // 1_000_000
             for execution, result, group in zip(executions, results, jobs, strict=True):
@@ -227,7 +319,9 @@ class ModelScheduler:
                 outputs.append(InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(arr.shape), arr))
             queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
             stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
-            self._finish(job, InferResponse(sig.name, sig.version, req.id, outputs))
+            response = InferResponse(sig.name, sig.version, req.id, outputs)
+            self._keep(job, response)
+            self._finish(job, response)
 
     def _complete_parts(self, result: ExecutionResult, group: list[Job], now: int, now_ms: int) -> None:
         """Each request's own answer (a backend that answers requests one by one)."""
@@ -251,7 +345,18 @@ class ModelScheduler:
             response.parameters.update(part.parameters)
             queue_ns = job.dispatch_ns - job.arrival_ns + result.wait_ns
             self.stats.record_success(max(1, job.batch_size), now - job.arrival_ns, queue_ns, ci, cf, co, now_ms)
+            self._keep(job, response)
             self._finish(job, response)
+
+    def _keep(self, job: Job, response: InferResponse) -> None:
+        """A computed answer goes into the cache; the miss is counted as Triton counts it (lookup and insert
+        time, unless another request put the same answer there first)."""
+        if self._cache is None or not job.cache_key:
+            return
+        start = self._clock()
+        stored = self._cache.insert(job.cache_key, response)
+        if stored or job.cache_key not in self._cache:
+            self.stats.record_cache_miss(job.lookup_ns + self._clock() - start)
 
     def _reject(self, rejected: list[QueuedRequest[Job]]) -> None:
         if not rejected:

@@ -3,7 +3,8 @@
 Level 1 is the highest priority.  Within a level requests keep arrival order;
 a request whose timeout expired under a DELAY policy moves behind the level's
 unexpired requests, one whose timeout expired under REJECT leaves the queue and
-is handed back to the caller to be failed.  Time is passed in (``now_ns``) so
+is handed back to the caller to be failed.  A request whose client went away
+is taken out wherever it waits (:meth:`PriorityQueue.remove`).  Time is passed in (``now_ns``) so
 every rule is testable without sleeping.
 """
 
@@ -21,6 +22,7 @@ T = TypeVar("T")
 
 QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
 TIMEOUT_MESSAGE = "Request timeout expired"
+CANCELLED_MESSAGE = "Request cancelled"  # seen only in logs: the client that cancelled reads no answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,23 @@ class PriorityQueue(Generic[T]):
                     keep.append(entry)
             lv.queue = keep
         return rejected
+
+    def remove(self, entry: QueuedRequest[T]) -> bool:
+        """Take ``entry`` out of the queue (its client cancelled it); False when it already left."""
+        lv = self._levels.get(entry.level)
+        if lv is None:
+            return False
+        for dq in (lv.queue, lv.delayed):
+            try:
+                dq.remove(entry)
+            except ValueError:
+                continue
+            if entry.deadline_ns:
+                self._with_deadline -= 1
+                entry.deadline_ns = 0
+            self._size -= 1
+            return True
+        return False
 
     def next_deadline(self) -> int:
         """The earliest deadline still pending (0 when none)."""

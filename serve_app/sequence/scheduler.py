@@ -11,6 +11,11 @@ each step there, in order:
   the sequence go straight to their instance without asking the router;
 - a step whose gateway has no cached place asks the router where its
   sequence is (another gateway may have started it);
+- a request its client cancels before it was handed to its instance (waiting
+  in the backlog, or behind its sequence's earlier steps) never runs and
+  counts as failed with reason CANCELED; a START cancelled in the backlog may
+  still be given a slot by the router, which it keeps as any sequence that
+  stops sending does;
 - an instance that answers "not here" (the sequence ended, timed out, or moved)
   makes the gateway ask the router once more; if the router names the same
   place, the step gets Triton's START-flag error;
@@ -69,6 +74,7 @@ class SequenceScheduler:
         self._backed_up = state_backup_enabled(config)
         self._recovering: dict[CorrId, tuple[asyncio.Lock, list[int]]] = {}
         self._answered: OrderedDict[CorrId, int] = OrderedDict()  # the step number of each sequence's last answer
+        self._sent: set[int] = set()  # step ids of the requests handed to their instance, until answered
 
     async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         """Send a validated request to the slot of its sequence and wait for its response."""
@@ -97,8 +103,13 @@ class SequenceScheduler:
             reason = "REJECTED" if exc.message == BACKLOG_TIMEOUT else "OTHER"
             self.stats.record_failure(reason, self._clock() - arrival_ns, time.time_ns() // 1_000_000)
             raise
+        except asyncio.CancelledError:
+            if step.step_id not in self._sent:  # it waited (the backlog, or its sequence's earlier steps): never ran
+                self.stats.record_failure("CANCELED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
         finally:
             self.stats.pending -= 1
+            self._sent.discard(step.step_id)
         if result.backup is not None and result.error is None:
             self._port.backup(result.backup)  # before the answer leaves: the router learns it first
             self._answered[flags.corr_id] = result.backup.no
@@ -132,6 +143,7 @@ class SequenceScheduler:
                     expired = exc
                 raise
             step.slot, step.slot_token, step.instance = place.slot, place.slot_token, place.instance
+            self._sent.add(step.step_id)
             try:
                 pending: asyncio.Future[StepResult] | Unavailable = await self._port.dispatch(place, step)
             except Unavailable as exc:

@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from serve_app.cache_config import CacheConfig
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
 from serve_app.errors import InvalidArgument, Unavailable, Unsupported
@@ -26,18 +27,22 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.inference.validate import validate_request
 from serve_app.keys import ModelKey, parse_version
+from serve_app.metrics_options import MetricsOptions
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.base import Scheduler
 from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
+from serve_app.scheduling.rate_limiter import RateLimiter
+from serve_app.scheduling.response_cache import ResponseCache
 from serve_app.sequence.scheduler import SequenceScheduler
 from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.model_executor import ModelExecutor
 from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.shared_memory import SharedMemory
 from serve_app.stats import ModelStats
+from serve_app.stats.latency import Latencies
 from serve_app.stats.prometheus import ModelMetrics
 from serve_app.telemetry import spans
 
@@ -104,6 +109,9 @@ class InferenceService:
         extensions: tuple[str, ...] = EXTENSIONS,
         repository: RepositoryControl | None = None,
         max_queued: int = 0,
+        metrics: MetricsOptions | None = None,
+        cache: CacheConfig | None = None,
+        rate_limits: Mapping[str, int] | None = None,
         stats_source: StatsSource | None = None,
         shared_memory: SharedMemory | None = None,
         diagnostics: Diagnostics | None = None,
@@ -111,8 +119,11 @@ class InferenceService:
     ) -> None:
         """``repository``: who loads and unloads models on request (None: the repository is fixed).
         ``max_queued``: requests a model version's scheduler holds before shedding load with 503 /
-        UNAVAILABLE (0: unbounded).  ``stats_source``: where statistics come from (default: this
-        process's schedulers; a host with several front-end processes adds theirs up).  ``shared_memory``:
+        UNAVAILABLE (0: unbounded).  ``metrics``: the latency metrics to keep (--metrics-config).
+        ``cache``: the response cache (--cache-config) of the models that enable it.  ``rate_limits``: the
+        rate limiter's explicit resource counts (None: --rate-limit off).
+        ``stats_source``: where statistics come from (default: this process's schedulers; a host with
+        several front-end processes adds theirs up).  ``shared_memory``:
         the system shared memory regions clients registered (default: the extension off).  ``diagnostics``:
         the trace and log settings (default: tracing off, settings changed in this process only).
         ``strict_readiness``: Triton's, ready only while every model is READY (see :meth:`ready`)."""
@@ -122,6 +133,9 @@ class InferenceService:
         self.executor = executor
         self.repository = repository
         self.max_queued = max_queued
+        self.metrics = metrics or MetricsOptions()
+        self.cache = ResponseCache(cache.size_bytes) if cache is not None and cache.enabled else None
+        self.limiter = RateLimiter(dict(rate_limits)) if rate_limits is not None else None
         self.stats_source: StatsSource = stats_source or self._local_stats
         self.shared_memory = shared_memory or SharedMemory()
         listed = list(extensions)
@@ -313,7 +327,10 @@ class InferenceService:
                 capacity=self.executor.capacity(model.key),
                 max_queued=self.max_queued,
                 per_request=model.config.backend in PER_REQUEST_BACKENDS,
+                cache=self.cache if model.config.response_cache.enable else None,
+                limiter=self.limiter,
             )
+        sched.stats.latencies = Latencies.for_model(self.metrics, model.config)
         model.scheduler = sched
         return sched
 
@@ -381,6 +398,9 @@ class InferenceService:
         out = []
         for stats in await self.model_statistics():
             model = self.registry.resolve(stats.name, stats.version)
+            if stats.latencies is None:  # no request yet: its histogram and summaries show empty
+                stats.latencies = Latencies.for_model(self.metrics, model.config)
             instances = None if model.is_ensemble else self.executor.instances(model.key)
-            out.append(ModelMetrics(stats, dict(model.config.metric_tags), instances))
+            cached = self.cache is not None and model.config.response_cache.enable and not model.is_ensemble
+            out.append(ModelMetrics(stats, dict(model.config.metric_tags), instances, cached))
         return out

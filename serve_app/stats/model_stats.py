@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from serve_app.stats.latency import Latencies
+
 # nv_inference_request_failure's ``reason`` label values.
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
@@ -59,6 +61,7 @@ class ModelStats:
     responses: dict[str, dict[str, Duration]] = field(default_factory=dict)  # response index -> durations
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     pending: int = 0  # requests queued and not yet sent to an instance (a gauge)
+    latencies: Latencies | None = None  # histogram and summaries, when --metrics-config enables them
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         self.execution_count += 1
@@ -78,7 +81,11 @@ class ModelStats:
         infer_ns: int,
         output_ns: int,
         now_ms: int,
+        *,
+        first_response: bool = True,
     ) -> None:
+        """``first_response``: the request's one response is its first (a decoupled model's first response
+        is recorded on its own, :meth:`record_first_response`)."""
         inf = self.inference
         self.inference_count += batch_size
         inf["success"].add(duration_ns)
@@ -94,6 +101,35 @@ class ModelStats:
         resp["success"].add(infer_ns + output_ns)
         if now_ms > self.last_inference_ms:
             self.last_inference_ms = now_ms
+        if self.latencies is not None:
+            if first_response:
+                self.latencies.observe_first_response(duration_ns)
+            durations = {
+                "request": duration_ns, "queue": queue_ns, "compute_input": input_ns, "compute_infer": infer_ns,
+                "compute_output": output_ns,
+            }  # fmt: skip
+            self.latencies.observe_request(durations, now_ms)
+
+    def record_first_response(self, since_arrival_ns: int) -> None:
+        if self.latencies is not None:
+            self.latencies.observe_first_response(since_arrival_ns)
+
+    def record_cache_hit(self, duration_ns: int, queue_ns: int, lookup_ns: int, now_ms: int) -> None:
+        """A request answered from the response cache, counted as Triton counts it: a success, its duration
+        and queue time, a cache hit; not an inference nor an execution."""
+        inf = self.inference
+        inf["success"].add(duration_ns)
+        inf["queue"].add(queue_ns)
+        inf["cache_hit"].add(lookup_ns)
+        if now_ms > self.last_inference_ms:
+            self.last_inference_ms = now_ms
+        self.record_first_response(duration_ns)
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """A computed answer stored in the cache: its lookup and insert time, also added to the request's
+        duration (Triton's accounting)."""
+        self.inference["cache_miss"].add(miss_ns)
+        self.inference["success"].ns += miss_ns
 
     def record_failure(self, reason: str, duration_ns: int, now_ms: int, *, executed_ns: int | None = None) -> None:
         """A failed request; ``executed_ns`` (infer + output time) when it failed in an execution."""
@@ -120,6 +156,10 @@ class ModelStats:
         for reason, n in other.failures.items():
             self.failures[reason] = self.failures.get(reason, 0) + n
         self.pending += other.pending
+        if other.latencies is not None:
+            if self.latencies is None:
+                self.latencies = Latencies()
+            self.latencies.merge(other.latencies)
 
     def snapshot(self) -> ModelStats:
         return copy.deepcopy(self)

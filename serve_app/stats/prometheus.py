@@ -11,11 +11,17 @@ counter family ``<name>_total`` and so cannot reproduce Triton's names.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from serve_app.metrics_options import MetricsOptions
+from serve_app.stats.latency import FIRST_RESPONSE_HISTOGRAM, SUMMARIES
 from serve_app.stats.model_stats import FAILURE_REASONS, ModelStats
+
+DEFAULT_OPTIONS = MetricsOptions()
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -27,6 +33,7 @@ class ModelMetrics:
     stats: ModelStats
     tags: Mapping[str, str]  # the config's metric_tags
     instances: int | None = None  # instances serving it now (ours: autoscaling moves it); None: not known
+    cached: bool = False  # its answers go through the response cache: the nv_cache_* metrics show
 
 
 def _labels(m: ModelMetrics) -> dict[str, str]:
@@ -63,15 +70,21 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _sample(name: str, labels: Mapping[str, str], value: int) -> str:
+def _sample(name: str, labels: Mapping[str, str], value: int | str) -> str:
     """One sample, its labels in name order as Triton's exporter writes them (scrapers' regexes rely on it)."""
     inner = ",".join(f'{k}="{_escape(labels[k])}"' for k in sorted(labels))
     return f"{name}{{{inner}}} {value}"
 
 
-def render(models: Sequence[ModelMetrics], custom: Sequence[str] = ()) -> bytes:
+def render(
+    models: Sequence[ModelMetrics],
+    options: MetricsOptions = DEFAULT_OPTIONS,
+    now_ms: int = 0,
+    custom: Sequence[str] = (),
+) -> bytes:
     """The Prometheus text exposition (format 0.0.4) of ``models``' metrics, then ``custom`` lines (the
-    models' own metric families)."""
+    models' own metric families); ``options``: which latency metrics (--metrics-config); ``now_ms``: the
+    wall-clock time summaries are computed at (default: now)."""
     labelled = [(m.stats, _labels(m)) for m in models]
     lines: list[str] = []
 
@@ -93,6 +106,8 @@ def render(models: Sequence[ModelMetrics], custom: Sequence[str] = ()) -> bytes:
         ),
     )
     for name, help_text, value in _COUNTERS[1:]:
+        if name.endswith("_duration_us") and not options.counter_latencies:
+            continue
         family(name, help_text, "counter", (_sample(name, lb, value(s)) for s, lb in labelled))
     family(
         "nv_inference_pending_request_count",
@@ -100,6 +115,21 @@ def render(models: Sequence[ModelMetrics], custom: Sequence[str] = ()) -> bytes:
         "gauge",
         (_sample("nv_inference_pending_request_count", lb, max(0, s.pending)) for s, lb in labelled),
     )
+    cached = [(s, lb) for m, (s, lb) in zip(models, labelled, strict=True) if m.cached]
+    for name, help_text, value in _CACHE_COUNTERS:
+        if cached:
+            family(name, help_text, "counter", (_sample(name, lb, value(s)) for s, lb in cached))
+    if options.histogram_latencies:
+        family(
+            FIRST_RESPONSE_HISTOGRAM,
+            "Duration from request to first response in milliseconds",
+            "histogram",
+            _histogram_samples(labelled),
+        )
+    if options.summary_latencies:
+        at = now_ms or time.time_ns() // 1_000_000
+        for (name, kind), help_text in zip(SUMMARIES, _SUMMARY_HELP, strict=True):
+            family(name, help_text, "summary", _summary_samples(name, kind, labelled, options, at))
     counted = [(m.instances, lb) for m, (_, lb) in zip(models, labelled, strict=True) if m.instances is not None]
     if counted:
         family(
@@ -111,3 +141,54 @@ def render(models: Sequence[ModelMetrics], custom: Sequence[str] = ()) -> bytes:
         )  # fmt: skip
     lines.extend(custom)
     return ("\n".join(lines) + "\n").encode()
+
+
+# Triton's per-model cache metrics, shown for the models whose answers are cached.
+_CACHE_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.inference["cache_hit"].count),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds",
+     lambda s: s.inference["cache_hit"].ns // 1000),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda s: s.inference["cache_miss"].count),
+    ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds",
+     lambda s: s.inference["cache_miss"].ns // 1000),
+)  # fmt: skip
+
+_SUMMARY_HELP = (
+    "Summary of inference request duration in microseconds (includes cached requests)",
+    "Summary of inference queuing duration in microseconds (includes cached requests)",
+    "Cumulative compute input duration in microseconds (does not include cached requests)",
+    "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+)  # Triton's help texts
+
+
+def _histogram_samples(labelled: list[tuple[ModelStats, dict[str, str]]]) -> Iterator[str]:
+    name = FIRST_RESPONSE_HISTOGRAM
+    for s, lb in labelled:
+        h = s.latencies.first_response if s.latencies is not None else None
+        if h is None:
+            continue
+        for le, n in h.cumulative():
+            yield _sample(f"{name}_bucket", {**lb, "le": le}, n)
+        yield _sample(f"{name}_sum", lb, _float(h.total))
+        yield _sample(f"{name}_count", lb, h.count)
+
+
+def _summary_samples(
+    name: str, kind: str, labelled: list[tuple[ModelStats, dict[str, str]]], options: MetricsOptions, now_ms: int
+) -> Iterator[str]:
+    for s, lb in labelled:
+        summary = s.latencies.summaries.get(kind) if s.latencies is not None else None
+        if summary is None:
+            continue
+        for q, v in summary.quantiles([q for q, _ in options.quantiles], now_ms):
+            yield _sample(name, {**lb, "quantile": _float(q)}, _float(v))
+        yield _sample(f"{name}_sum", lb, _float(summary.total))
+        yield _sample(f"{name}_count", lb, summary.count)
+
+
+def _float(value: float) -> str:
+    """A value as Prometheus text writes it (whole numbers without a fraction, NaN as ``NaN``)."""
+    if math.isnan(value):
+        return "NaN"
+    return str(int(value)) if value == int(value) else repr(value)

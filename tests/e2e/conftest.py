@@ -15,12 +15,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.e2e import control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
+from tests.e2e import cancel_models, control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
 from tests.e2e.models import identity_all, slow_identity
 from tests.support import example_models, python_models
 from tests.support.net import free_port
 
 STARTUP_TIMEOUT_S = 240
+# Room for CACHE_ENTRIES answers of ``cached`` (two FP32 [1, 16] outputs, plus the cache's per-entry overhead).
+CACHE_ENTRIES = 2
+CACHE_BYTES = CACHE_ENTRIES * (2 * 16 * 4 + 64)
 
 # Level 2 is the default; 1 overtakes it; 3 holds one request; 4 rejects and 5 delays timed-out requests.
 SLOW_BATCHING = """dynamic_batching {
@@ -75,6 +78,9 @@ def build_repository(repo: pathlib.Path) -> None:
     ensemble_models.build_all(repo)  # ens_onnx, ens_mixed and scores for test_ensemble_classification.py
     control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
     python_models.build_e2e(repo)  # py_* for test_python_backend.py (Python backend, decoupled, generate, BLS)
+    cancel_models.build(repo)  # gate for test_cancellation.py
+    cancel_models.build_rate_limited(repo)  # rl_* for test_rate_limiter.py
+    example_models.add_sub(repo, name="cached", extra_config="response_cache { enable: true }")  # test_response_cache
 
 
 def _ready(http_url: str, ca_file: str | None = None) -> bool:
@@ -143,6 +149,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("model_repository")
     build_repository(repo)
     extra = ["--model-control-mode", "explicit", "--load-model", "*", "--allow-client-shm", "--ray-logs"]
+    extra += ["--cache-config", f"local,size={CACHE_BYTES}", "--rate-limit", "execution_count"]
     started, _ = start_server(tmp_path_factory, repo, extra, "server")
     yield started
     stop_server(started)

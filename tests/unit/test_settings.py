@@ -48,3 +48,35 @@ def test_shipped_serve_config_is_valid() -> None:
     assert app.import_path == "serve_app.app:build_app"
     settings = ServerSettings.from_args(app.args)
     assert settings.http_port == 8000 and settings.grpc_port == 8001
+
+
+def test_tritons_metrics_cache_and_config_name_settings_are_checked_at_start() -> None:
+    s = ServerSettings.from_args(
+        {
+            "model_repository": "/m",
+            "metrics_config": "histogram_latencies=true;summary_quantiles=0.5:0.05,0.9:0.01",
+            "cache_config": "local,size=1024",
+            "model_config_name": "small",
+        }
+    )
+    assert s.metrics_options().histogram_latencies
+    assert s.metrics_options().quantiles == ((0.5, 0.05), (0.9, 0.01))
+    assert s.response_cache().size_bytes == 1024
+    assert s.model_config_name == "small"
+    for key, value, message in (
+        ("metrics_config", "histogram_latencies=maybe", "expected true or false"),
+        ("cache_config", "redis,host=h", "only 'local'"),
+        ("model_config_name", "../x", "must be a file name"),
+        ("rate_limit", "requests", "rate_limit 'requests' is not one of off, execution_count"),
+    ):
+        with pytest.raises(InvalidArgument, match=message):
+            ServerSettings.from_args({"model_repository": "/m", key: value})
+
+
+def test_rate_limit_resources_only_count_with_the_rate_limiter_on() -> None:
+    off = ServerSettings.from_args({"model_repository": "/m", "rate_limit_resource": "R:2"})
+    assert off.rate_limit_resources() is None
+    on = ServerSettings.from_args(
+        {"model_repository": "/m", "rate_limit": "execution_count", "rate_limit_resource": "R:2,S:1:0"}
+    )
+    assert on.rate_limit_resources() == {"R": 2, "S": 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from google.protobuf import text_format
 
-from serve_app.config.ensemble_deps import composing_models, ensemble_problems
+from serve_app.config.ensemble_deps import composing_models, ensemble_problems, load_waves
 from serve_app.protos import model_config_pb2 as mc
 
 ADD_SUB = """
@@ -90,3 +90,26 @@ def test_cycle_between_ensembles() -> None:
     found = problems(a, b)
     assert set(found) == {"ea", "eb"}
     assert any("cycle" in reason for reason in found.values())
+
+
+def _ensemble(*steps: str) -> mc.ModelConfig:
+    text = (
+        'platform: "ensemble" ensemble_scheduling { '
+        + " ".join(f'step {{ model_name: "{s}" model_version: -1 }}' for s in steps)
+        + " }"
+    )
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def test_load_waves_hold_at_most_size_models_and_put_ensembles_after_their_steps() -> None:
+    plain = mc.ModelConfig()
+    models = {"z_model": plain, "a_ens": _ensemble("z_model", "b_ens"), "b_ens": _ensemble("m_model"), "m_model": plain}
+    assert load_waves(models, 0) == [["m_model", "z_model", "b_ens", "a_ens"]]
+    assert load_waves(models, 1) == [["m_model"], ["z_model"], ["b_ens"], ["a_ens"]]
+    assert load_waves(models, 3) == [["m_model", "z_model", "b_ens"], ["a_ens"]]
+    assert load_waves({}, 2) == []
+
+
+def test_load_waves_survive_an_ensemble_cycle() -> None:
+    models = {"a": _ensemble("b"), "b": _ensemble("a")}
+    assert sorted(load_waves(models, 1)) == [["a"], ["b"]]  # the cycle is refused later, by ensemble_problems

@@ -423,3 +423,65 @@ async def test_a_model_the_starting_gateways_hold_gets_its_line_when_they_loaded
     assert pools.awaiting == set()
     await m.mgr.hosting_taken("cpu", {ok: ""})  # a second gateway: the line is said once
     assert len(model_lines) == 2
+
+
+# -- --model-load-thread-count and --model-load-retry-count -----------------------------------------------------
+def record_deploys(m: Manager) -> list[list[str]]:
+    deploys: list[list[str]] = []
+    deploy = m.mgr._deploy
+
+    async def recorded(sources: dict[str, ModelSource], *, final: bool = True) -> dict[str, str]:
+        deploys.append(sorted(sources))
+        return await deploy(sources, final=final)
+
+    m.mgr._deploy = recorded  # type: ignore[method-assign]
+    return deploys
+
+
+async def test_a_load_thread_count_of_one_deploys_one_model_at_a_time(repo: pathlib.Path) -> None:
+    example_models.add_sub(repo, name="other", dims=DIMS)
+    m = Manager(repo, model_load_thread_count=1)
+    deploys = record_deploys(m)
+    failures = await m.mgr._load_models(m.sources("ens", "other", "add_sub"))
+    assert failures == {}
+    assert deploys == [["add_sub"], ["other"], ["ens"]]  # the ensemble after its step
+    assert m.mgr.control.loaded_names() == ["add_sub", "ens", "other"]
+
+
+async def test_a_model_that_fails_is_deployed_again_up_to_the_retry_count(repo: pathlib.Path) -> None:
+    m = Manager(repo, model_load_retry_count=2)
+    deploys = record_deploys(m)
+    attempts = {"add_sub": 0}
+
+    async def flaky(plan: ModelApps) -> dict[tuple[str, int], str]:
+        attempts["add_sub"] += 1
+        return {("add_sub", 1): "not yet"} if attempts["add_sub"] < 3 else {}
+
+    m.mgr._instance_states = flaky  # type: ignore[method-assign]
+    assert await m.mgr._load_models(m.sources("add_sub", "ens")) == {}
+    assert deploys == [["add_sub", "ens"], ["add_sub", "ens"], ["add_sub", "ens"]]  # the ensemble waits on its step
+    assert m.mgr._snapshot().failed == ()
+    assert [v.state for v in m.mgr._snapshot().served] == ["READY", "READY"]
+    assert len(m.published) == 3  # each failed attempt's instances were cleaned up
+
+
+async def test_a_model_that_keeps_failing_fails_once_its_retries_are_spent(repo: pathlib.Path) -> None:
+    m = Manager(repo, model_load_retry_count=1)
+    deploys = record_deploys(m)
+    m.bad["add_sub"] = "bad weights"
+    assert await m.mgr._load_models(m.sources("add_sub")) == {"add_sub": "bad weights"}
+    assert deploys == [["add_sub"], ["add_sub"]]
+    assert m.mgr._snapshot().failed == (("add_sub", "bad weights"),)
+
+
+def test_checked_fails_a_model_that_needs_more_of_a_resource_than_the_rate_limiter_has(tmp_path: pathlib.Path) -> None:
+    limited = 'instance_group [ { kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 2 } ] } } ]'
+    example_models.add_sub(tmp_path, name="greedy", dims=DIMS, extra_config=limited)
+    example_models.add_sub(tmp_path, name="plain", dims=DIMS)
+    m = Manager(tmp_path, rate_limit="execution_count", rate_limit_resource=("R:1",))
+    kept, _, failures = m.mgr._checked(m.sources("greedy", "plain"))
+    assert list(kept) == ["plain"]
+    assert 'Resource count for "R" is limited to 1' in failures["greedy"]
+    assert "the minimum required count is 2" in failures["greedy"]
+    without = Manager(tmp_path, rate_limit_resource=("R:1",))  # --rate-limit off: not checked
+    assert without.mgr._checked(without.sources("greedy"))[2] == {}

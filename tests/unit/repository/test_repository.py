@@ -307,3 +307,27 @@ def test_strict_model_config_completes_no_inputs_or_outputs(root: Path) -> None:
     ident = strict.load("ident").config
     assert (ident.platform, len(ident.input), len(ident.output), ident.max_batch_size) == ("onnxruntime_onnx", 0, 0, 0)
     assert [i.name for i in ModelRepository(root).load("ident").config.input] == ["x"]
+
+
+# -- --model-config-name ----------------------------------------------------------------------------------------
+def test_a_config_name_picks_the_models_alternate_config_where_it_exists(root: Path) -> None:
+    write(root / "add_sub" / "configs" / "small.pbtxt", ADD_SUB.replace("max_batch_size: 8", "max_batch_size: 2"))
+    repo = ModelRepository(root, "small")
+    assert repo.load("add_sub").config.max_batch_size == 2
+    assert repo.config_file(root / "add_sub") == "configs/small.pbtxt"
+    assert repo.load("ident").config.max_batch_size == 4  # no configs/small.pbtxt: generated as before
+    assert ModelRepository(root).load("add_sub").config.max_batch_size == 8  # without a name: config.pbtxt
+    assert ModelRepository(root, "other").load("add_sub").config.max_batch_size == 8  # no such file: config.pbtxt
+
+
+def test_errors_in_an_alternate_config_name_its_file(root: Path) -> None:
+    write(root / "add_sub" / "configs" / "broken.pbtxt", "max_batch_size: -1")
+    with pytest.raises(InvalidConfig) as info:
+        ModelRepository(root, "broken").load("add_sub")
+    assert "configs/broken.pbtxt" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", ".hidden", ".."])
+def test_a_config_name_must_be_a_plain_file_name(root: Path, bad: str) -> None:
+    with pytest.raises(InvalidArgument, match="invalid model config name"):
+        ModelRepository(root, bad)

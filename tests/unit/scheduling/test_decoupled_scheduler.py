@@ -20,7 +20,10 @@ from serve_app.inference.execution import Execution, PartResult
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferTensor, RequestedOutput, StreamItem
+from serve_app.metrics_options import MetricsOptions
+from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.decoupled_scheduler import DECOUPLED_UNARY, DecoupledScheduler
+from serve_app.stats.latency import Latencies
 from tests.support.clock import FakeClock
 
 SIG = ModelSignature.from_config(
@@ -211,3 +214,14 @@ async def test_a_client_that_stops_reading_closes_the_instance_stream() -> None:
     assert s.drained()
     assert s.stats.pending == 0
     assert s.stats.inference_count == 0
+    assert s.stats.failures["CANCELED"] == 1  # it left before the final response
+    assert s.stats.inference["fail"].count == 1
+
+
+async def test_the_first_response_histogram_counts_each_request_once_at_its_first_response() -> None:
+    s = scheduler(FakeStream([answer(1), answer(2), answer(3, final=True)]))
+    s.stats.latencies = Latencies.for_model(MetricsOptions(histogram_latencies=True), mc.ModelConfig())
+    await collect(s)
+    await collect(s)
+    assert s.stats.latencies is not None and s.stats.latencies.first_response is not None
+    assert s.stats.latencies.first_response.count == 2  # not once per response, nor again at the final one

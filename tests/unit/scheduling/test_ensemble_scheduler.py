@@ -4,6 +4,8 @@ outputs as Triton's ensemble responses do."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from google.protobuf import text_format
@@ -90,3 +92,28 @@ async def test_a_step_response_replaces_the_sequence_parameters_downstream() -> 
     assert models.seen("first") == {"sequence_id": 7, "sequence_start": True}
     assert models.seen("second") == {"sequence_id": 42, "sequence_start": False, "sequence_end": True}
     assert response.parameters == {"sequence_id": 42, "sequence_start": False, "sequence_end": True}
+
+
+async def test_a_cancelled_ensemble_request_cancels_its_steps_and_counts_canceled() -> None:
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def stalled(request: InferRequest) -> InferResponse:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(request.model_name)
+            raise
+        raise AssertionError("never released")
+
+    config = text_format.Parse(CONFIG, mc.ModelConfig())
+    scheduler = EnsembleScheduler(config, ModelSignature.from_config(config, "1"), stalled, clock=FakeClock(1_000))
+    task = asyncio.ensure_future(run(scheduler, {}))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == ["first"]  # the running step was cancelled too (its model drops it if still queued)
+    assert scheduler.stats.failures["CANCELED"] == 1
+    assert scheduler.stats.pending == 0

@@ -754,3 +754,79 @@ async def test_cancelled_caller_does_not_disturb_the_others() -> None:
     np.testing.assert_array_equal(output(response, "OUTPUT0"), np.full((1, WIDTH), 4.0, dtype=np.float32))
     assert gone.cancelled()
     assert sched.inflight == 0
+    assert [instance.values(i) for i in range(len(instance.calls))] == [[1.0], [3.0]]  # the cancelled one never ran
+
+
+async def test_cancelled_queued_request_is_dropped_and_counted_canceled() -> None:
+    clock = FakeClock(1_000)
+    instance = FakeInstance(blocked=True)
+    sched = scheduler(model_config(), instance, clock=clock)
+    running = start(sched, request(1.0), arrival_ns=1_000)
+    await settle()
+    gone = start(sched, request(2.0), arrival_ns=1_000)
+    await settle()
+    assert (sched.queued, sched.stats.pending) == (1, 1)
+    clock.now = 4_000
+    gone.cancel()
+    await settle()
+    stats = sched.stats
+    assert (sched.queued, stats.pending) == (0, 0)  # left the queue at once, not when an instance frees
+    assert stats.failures == {"REJECTED": 0, "CANCELED": 1, "BACKEND": 0, "OTHER": 0}
+    assert durations(stats)["fail"] == (1, 3_000)  # from its arrival to its cancellation
+    instance.release_all()
+    await running
+    await settle()
+    assert len(instance.calls) == 1
+    assert (stats.execution_count, stats.inference_count) == (1, 1)
+
+
+async def test_cancelled_request_already_executing_runs_to_its_end() -> None:
+    instance = FakeInstance(blocked=True)
+    sched = scheduler(model_config(), instance)
+    gone = start(sched, request(1.0))
+    await settle()
+    assert len(instance.calls) == 1
+    gone.cancel()
+    await settle()
+    instance.release_all()
+    await settle()
+    assert sched.inflight == 0
+    assert sched.stats.failures["CANCELED"] == 0
+    assert sched.stats.execution_count == 1  # it ran; its response went nowhere
+
+
+async def test_cancelled_request_under_preserve_ordering_does_not_hold_back_the_next() -> None:
+    db = "preferred_batch_size: [8] preserve_ordering: true"
+    instance = FakeInstance(blocked=True)
+    sched = scheduler(model_config(max_batch_size=1, dynamic_batching=db), instance, capacity=1)
+    first = start(sched, request(1.0))
+    await settle()
+    gone = start(sched, request(2.0))
+    after = start(sched, request(3.0))
+    await settle()
+    gone.cancel()
+    await settle()
+    instance.release_all()
+    await first
+    await settle()
+    instance.release_all()
+    response = await asyncio.wait_for(after, timeout=5.0)
+    np.testing.assert_array_equal(output(response, "OUTPUT0"), np.full((1, WIDTH), 4.0, dtype=np.float32))
+    assert sched.stats.failures["CANCELED"] == 1
+    assert sched.drained()
+
+
+async def test_cancelled_rows_never_join_a_batch() -> None:
+    """A request of 4 rows waits for a preferred batch of 8 and is cancelled: the next two make the batch."""
+    db = "preferred_batch_size: [8] max_queue_delay_microseconds: 60000000"
+    instance = FakeInstance()
+    sched = scheduler(model_config(dynamic_batching=db), instance, clock=FakeClock())
+    gone = start(sched, request(1.0, rows=4), arrival_ns=0)
+    await settle()
+    assert instance.calls == []  # waiting for 8 rows
+    gone.cancel()
+    await settle()
+    a = start(sched, request(2.0, rows=4), arrival_ns=0)
+    b = start(sched, request(3.0, rows=4), arrival_ns=0)
+    await asyncio.gather(a, b)
+    assert instance.values(0) == [2.0] * 4 + [3.0] * 4

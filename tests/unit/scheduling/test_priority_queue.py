@@ -400,3 +400,32 @@ def test_max_total_bounds_a_queue_whose_levels_have_no_max_queue_size() -> None:
     with pytest.raises(Unavailable, match=QUEUE_FULL_MESSAGE):
         q.push(3, batch_size=1, shape_key=(), priority=0, timeout_us=0, now_ns=0)
     assert len(q) == 2
+
+
+# -- requests whose client went away ----------------------------------------------------------------
+def test_remove_takes_a_request_out_wherever_it_waits() -> None:
+    q: PriorityQueue[str] = PriorityQueue(QueuePolicy(default_timeout_us=10, delay_on_timeout=True), levels=2)
+    a = push(q, "a", priority=1)
+    b = push(q, "b", priority=2, timeout_us=5)
+    c = push(q, "c", priority=2, timeout_us=5)
+    assert q.expire(now_ns=20 * US) == []  # every one delayed (DELAY), none rejected
+    assert q.remove(b)
+    assert items(q) == ["a", "c"]
+    assert len(q) == 2
+    assert q.remove(a)
+    assert not q.remove(a)  # already gone
+    assert items(q) == ["c"]
+    assert q.pop_front(5) == [c]
+    assert not q.remove(c)  # taken for execution: no longer the queue's
+    assert len(q) == 0
+
+
+def test_removed_request_no_longer_sets_a_deadline() -> None:
+    q: PriorityQueue[str] = PriorityQueue(QueuePolicy(default_timeout_us=100))
+    early = push(q, "early", now_ns=0)
+    push(q, "late", now_ns=50 * US)
+    assert q.next_deadline() == 100 * US
+    assert q.remove(early)
+    assert q.next_deadline() == 150 * US
+    assert q.expire(now_ns=120 * US) == []  # the removed request is never handed back as timed out
+    assert items(q) == ["late"]

@@ -798,3 +798,44 @@ async def test_a_step_held_behind_a_waiting_start_tells_the_router_its_timeout()
     # Once placed, a step's timeout is not the router's business (Triton applies none in a slot).
     await submit(s, later)
     assert [c for c in port.calls if c[0] == "deadline"] == [("deadline", 7, 5_000)]
+
+
+async def test_a_request_cancelled_in_the_backlog_never_runs_and_counts_canceled() -> None:
+    port = FakePort()
+    port.assign_gates[7] = asyncio.Event()
+    clock = FakeClock(1_000_000)
+    s = scheduler(port, clock=clock)
+    start = asyncio.create_task(send(s, request(7, 1, start=True), 1, 1_000_000))
+    behind = asyncio.create_task(send(s, request(7, 2), 1, 1_000_000))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    clock.now = 1_500_000
+    start.cancel()
+    behind.cancel()
+    for task in (start, behind):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert "dispatch" not in port.kinds()
+    assert s.stats.failures["CANCELED"] == 2
+    assert s.stats.inference["fail"].count == 2 and s.stats.inference["fail"].ns == 2 * 500_000
+    assert s.stats.pending == 0
+
+
+async def test_a_request_cancelled_once_sent_runs_and_is_not_counted_canceled() -> None:
+    port = FakePort()
+    answered = asyncio.Event()
+    s = scheduler(port)
+    gate: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
+
+    async def slow_dispatch(assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        port.calls.append(("dispatch", step.corr_id))
+        answered.set()
+        return gate
+
+    port.dispatch = slow_dispatch  # type: ignore[method-assign]
+    task = asyncio.create_task(send(s, request(7, 1, start=True, end=True), 1, 0))
+    await answered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert s.stats.failures["CANCELED"] == 0  # it ran in its instance; its answer goes nowhere
