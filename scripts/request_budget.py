@@ -9,7 +9,7 @@ clients, and while the load runs samples both processes with py-spy and reads th
 /proc.  Samples of threads blocked in a wait are dropped; the others are sorted into layers by the
 innermost frame that names one, each standing for one sampling interval of CPU.  What /proc counts
 beyond them is time py-spy cannot see (Ray's C++ threads, the kernel's share of system calls).
-``PYTHONPATH`` chooses the serve_app the server runs, so one script measures two builds.  Needs py-spy on the PATH.
+``--serve-app DIR`` runs the server from another checkout, so one script measures two builds.  Needs py-spy.
 """
 
 from __future__ import annotations
@@ -165,11 +165,20 @@ def layers_of(profile: pathlib.Path) -> tuple[collections.Counter[str], int]:
     return counts, total
 
 
-def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path) -> None:
+def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path, checkout: str | None) -> None:
     repo = work / f"repo-{protocol}"
     build(repo)
     ports = (free_port(), free_port(), free_port())
-    server = start_server(repo, ports, work / f"server-{protocol}.log", [])
+    saved = os.environ.get("PYTHONPATH")
+    if checkout:
+        os.environ["PYTHONPATH"] = checkout
+    try:
+        server = start_server(repo, ports, work / f"server-{protocol}.log", [])
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
     try:
         url = f"127.0.0.1:{ports[1] if protocol == 'grpc' else ports[0]}"
         asyncio.run(load(url, protocol, concurrency, 3.0))  # warm-up
@@ -201,12 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--keep", type=pathlib.Path, help="write the profiles and logs here, and keep them")
+    parser.add_argument("--serve-app", help="a checkout whose serve_app the server runs (default: this one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="request_budget_") as tmp:
         work = args.keep or pathlib.Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for protocol in args.protocols.split(","):
-            measure(protocol, args.concurrency, args.seconds, work)
+            measure(protocol, args.concurrency, args.seconds, work, args.serve_app)
     return 0
 
 
