@@ -10,6 +10,13 @@ final when no step is left running (Triton's in-flight step count at zero);
 when the step that ended last produced no answer, the final flag goes alone.
 A step's error ends the flow and cancels the steps still running.
 
+With ``max_inflight_requests`` (:mod:`~serve_app.scheduling.inflight_limiter`,
+one limiter per step shared by the ensemble's requests), a step request starts
+once its step has a free slot, and the flow reads a step's next response only
+after it has started the steps the previous one feeds: a decoupled step is read
+no faster than the steps after it can take its responses.  A slot is given back
+when its step request's final response arrives, or it is cancelled.
+
 A value is dropped once every step and output that reads it has (so a long
 stream keeps only the iterations still in flight).  An output a step's
 response leaves out still takes its iteration, empty: a step reading it gets
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.inference.types import InferRequest, InferTensor, ParamValue, RequestedOutput, StreamItem
+from serve_app.scheduling.inflight_limiter import InflightLimiter
 
 StepStream = Callable[[InferRequest], AsyncGenerator[StreamItem, None]]
 Sequence = dict[str, ParamValue]  # the sequence parameters a value carries: sequence_id, sequence_start, sequence_end
@@ -73,16 +81,35 @@ class Answer:
 class _Run:
     index: int  # the step
     parameters: dict[str, ParamValue]  # its request's
-    task: asyncio.Task[None]
+    limiter: InflightLimiter | None  # whose slot it holds until released
+    task: asyncio.Task[None] | None = None
+    processed: asyncio.Event | None = None  # set when the flow has handled its last item (with a limiter)
+
+    def release(self) -> None:
+        if self.limiter is not None:
+            self.limiter.release()
+            self.limiter = None
 
 
 class EnsembleFlow:
     """Runs ``needed`` (step indexes) of ``steps`` for ``request``; :meth:`answers` yields the responses."""
 
     def __init__(
-        self, steps: tuple[Step, ...], needed: list[int], stream: StepStream, request: InferRequest, outputs: list[str]
+        self,
+        steps: tuple[Step, ...],
+        needed: list[int],
+        stream: StepStream,
+        request: InferRequest,
+        outputs: list[str],
+        *,
+        limiters: tuple[InflightLimiter, ...] | None = None,
+        name: str = "",
     ) -> None:
+        """``limiters``: one per step (``max_inflight_requests``), shared by the ensemble's requests;
+        ``name``: the ensemble's, for their log lines."""
         self._steps = steps
+        self._limiters = limiters
+        self._name = name
         self._needed = needed
         self._stream = stream
         self._request = request
@@ -102,7 +129,7 @@ class EnsembleFlow:
         sequence = request_sequence(self._request.parameters)
         updated = [self._add(t.name, t, sequence, False) for t in self._request.inputs]
         try:
-            self._launch(updated)
+            await self._launch(updated)
             while True:
                 if self._runs:
                     run_id, item = await self._queue.get()
@@ -112,7 +139,9 @@ class EnsembleFlow:
                     updated = self._consume(run, item) if item.response is not None else []
                     if item.final:
                         del self._runs[run_id]
-                    self._launch(updated)
+                    await self._launch(updated)
+                    if run.processed is not None:
+                        run.processed.set()
                 ready = self._ready_answers(updated)
                 done = not self._runs
                 if done and not ready:
@@ -125,7 +154,9 @@ class EnsembleFlow:
                     return
         finally:
             for run in self._runs.values():
-                run.task.cancel()
+                if run.task is not None:
+                    run.task.cancel()
+                run.release()
 
     # -- values ---------------------------------------------------------------------
     def _add(self, tensor: str, value: InferTensor | None, sequence: Sequence, override: bool) -> tuple[str, int]:
@@ -166,7 +197,7 @@ class EnsembleFlow:
         return updated
 
     # -- steps and answers ------------------------------------------------------------
-    def _launch(self, updated: list[tuple[str, int]]) -> None:
+    async def _launch(self, updated: list[tuple[str, int]]) -> None:
         """Start each needed step that reads an updated value and has all its inputs of that iteration."""
         ready: dict[tuple[int, int], None] = {}
         for tensor, iteration in updated:
@@ -176,9 +207,13 @@ class EnsembleFlow:
                     ready[(i, iteration)] = None
         for i, iteration in ready:
             request = self._step_request(i, iteration)
+            limiter = None if self._limiters is None else self._limiters[i]
+            run = _Run(i, request.parameters, limiter, processed=None if limiter is None else asyncio.Event())
+            if limiter is not None:
+                await limiter.acquire(self._name, i)
             self._run_ids += 1
-            task = asyncio.ensure_future(self._pump(self._run_ids, request))
-            self._runs[self._run_ids] = _Run(i, request.parameters, task)
+            self._runs[self._run_ids] = run
+            run.task = asyncio.ensure_future(self._pump(self._run_ids, run, request))
 
     def _step_request(self, index: int, iteration: int) -> InferRequest:
         """The step's request: the ensemble request's parameters, with the sequence parameters a producing
@@ -215,16 +250,27 @@ class EnsembleFlow:
                 ready.append(Answer({t: self._read(t, iteration) for t in self._outputs}, final=False))
         return ready
 
-    async def _pump(self, run_id: int, request: InferRequest) -> None:
-        """A step's responses onto the flow's queue; its error as its final item."""
+    async def _pump(self, run_id: int, run: _Run, request: InferRequest) -> None:
+        """A step's responses onto the flow's queue, its error as its final item; its slot given back at
+        its final response (so a flow waiting for one needn't read the queue first).  With a limiter, the
+        next response is read once the flow has handled this one."""
         try:
             async with contextlib.aclosing(self._stream(request)) as items:
                 async for item in items:
-                    self._queue.put_nowait((run_id, item))
                     if item.final:
+                        run.release()
+                        self._queue.put_nowait((run_id, item))
                         return
+                    if run.processed is not None:
+                        run.processed.clear()
+                    self._queue.put_nowait((run_id, item))
+                    if run.processed is not None:
+                        await run.processed.wait()
         except Exception as exc:  # any failure of a step fails the ensemble with its message
             error: ServeError = as_serve_error(exc)
+            run.release()
             self._queue.put_nowait((run_id, StreamItem(error=error, final=True)))
             return
+        finally:
+            run.release()
         self._queue.put_nowait((run_id, StreamItem(final=True)))

@@ -38,6 +38,7 @@ from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, StreamItem
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.ensemble_flow import Answer, EnsembleFlow, Sequence, Step, StepStream
+from serve_app.scheduling.inflight_limiter import InflightLimiter
 from serve_app.stats import ModelStats
 
 Infer = Callable[[InferRequest], Awaitable[InferResponse]]
@@ -87,6 +88,8 @@ class EnsembleScheduler:
             )
             for s in config.ensemble_scheduling.step
         )
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self.limiters = tuple(InflightLimiter(limit) for _ in self._steps) if limit else None
 
     async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         self.stats.pending += 1
@@ -171,7 +174,15 @@ class EnsembleScheduler:
 
     def _flow(self, request: InferRequest) -> EnsembleFlow:
         outputs = self._outputs(request)
-        return EnsembleFlow(self._steps, self.needed_steps(outputs), self._stream, request, outputs)
+        return EnsembleFlow(
+            self._steps,
+            self.needed_steps(outputs),
+            self._stream,
+            request,
+            outputs,
+            limiters=self.limiters,
+            name=self.signature.name,
+        )
 
     def _in_ensemble(self, exc: ServeError) -> ServeError:
         return type(exc)(f"in ensemble '{self.signature.name}', {exc.message}")

@@ -177,3 +177,78 @@ async def test_values_are_dropped_once_read() -> None:
             seen.append(answer)
     assert len(seen) == 4 and seen[-1].final
     assert all(not values for values in flow._values.values())
+
+
+class Gated:
+    """``repeat`` counts the responses it has been asked for; each ``plus`` run waits for its gate."""
+
+    def __init__(self) -> None:
+        self.yielded = 0
+        self.running = 0
+        self.most = 0
+        self.gates: list[asyncio.Event] = []
+
+    async def __call__(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        x = int(request.inputs[0].data[0])
+        if request.model_name == "repeat":
+            for _ in range(x):
+                self.yielded += 1
+                yield StreamItem(response(request, x))
+            yield StreamItem(final=True)
+            return
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await gate.wait()
+        self.running -= 1
+        yield StreamItem(response(request, x + 1), final=True)
+
+
+async def settle() -> None:
+    for _ in range(100):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2])
+async def test_max_inflight_requests_holds_the_decoupled_step_back(limit: int) -> None:
+    config = text_format.Parse(CONFIG, mc.ModelConfig())
+    config.ensemble_scheduling.max_inflight_requests = limit
+    models = Gated()
+    sched = EnsembleScheduler(config, ModelSignature.from_config(config, "1"), models, clock=FakeClock(1_000))
+    req = request(6)
+    task = asyncio.ensure_future(stream_of(sched, req))
+    await settle()
+    if limit:
+        assert models.running == limit
+        assert models.yielded == limit + 1  # one more response read, waiting for a slot; the rest not read yet
+    else:
+        assert models.running == 6 and models.yielded == 6
+    while not task.done():
+        for gate in models.gates:
+            gate.set()
+        await settle()
+    items = task.result()
+    assert [value(i) for i in items if i.response is not None] == [7] * 6 and items[-1].final
+    assert models.most == (limit or 6)
+    assert sched.limiters is None or all(limiter.inflight == 0 for limiter in sched.limiters)
+
+
+async def test_a_cancelled_ensemble_request_gives_its_slots_back() -> None:
+    config = text_format.Parse(CONFIG, mc.ModelConfig())
+    config.ensemble_scheduling.max_inflight_requests = 1
+    models = Gated()
+    sched = EnsembleScheduler(config, ModelSignature.from_config(config, "1"), models, clock=FakeClock(1_000))
+    task = asyncio.ensure_future(stream_of(sched, request(3)))
+    await settle()
+    assert sched.limiters is not None and sched.limiters[1].inflight == 1 and sched.limiters[1].waiting == 1
+    task.cancel()
+    await settle()
+    assert task.cancelled()
+    assert all(limiter.inflight == 0 and limiter.waiting == 0 for limiter in sched.limiters)
+    assert sched.stats.failures["CANCELED"] == 1
+
+
+async def stream_of(sched: EnsembleScheduler, req: InferRequest) -> list[StreamItem]:
+    options = RequestOptions.parse(req, sched.signature, batch_size=0)
+    return [item async for item in sched.submit_stream(req, options, 0)]
