@@ -5,7 +5,10 @@ no cycles inside it, every output reachable).  What it can't see is the models
 the steps name; :func:`ensemble_problems` checks those, once the repository is
 loaded: every step model is served (at the version the step asks for), its
 inputs and outputs exist, the data types agree along every tensor, batching is
-compatible, and ensembles don't include each other in a cycle.
+compatible, ensembles don't include each other in a cycle, and no step reads
+the responses of two different decoupled steps (Triton's rule: the steps after
+a decoupled one run once per response it sends, so their inputs must all come
+from the same stream of responses).
 """
 
 from __future__ import annotations
@@ -97,6 +100,15 @@ def ensemble_problems(models: Mapping[str, mc.ModelConfig], served: Mapping[str,
         path = _cycle(name, ensembles)
         if path and name not in problems:
             problems[name] = "ensembles include each other in a cycle: " + " -> ".join(path)
+    decoupled = _decoupled(models)
+    for name, config in ensembles.items():
+        if name not in problems:
+            mixed = _mixed_step(config, decoupled)
+            if mixed:
+                problems[name] = (
+                    f"in ensemble {name}, step of model '{mixed}' receives inputs originated from different "
+                    "decoupled models"
+                )
     changed = True
     while changed:
         changed = False
@@ -109,6 +121,49 @@ def ensemble_problems(models: Mapping[str, mc.ModelConfig], served: Mapping[str,
                     changed = True
                     break
     return problems
+
+
+def _decoupled(models: Mapping[str, mc.ModelConfig]) -> set[str]:
+    """The decoupled models: those whose config says so, and the ensembles with such a step (Triton marks
+    them decoupled)."""
+    out = {n for n, c in models.items() if c.platform != ENSEMBLE_PLATFORM and c.model_transaction_policy.decoupled}
+    grew = True
+    while grew:
+        grew = False
+        for name, config in models.items():
+            if name not in out and config.platform == ENSEMBLE_PLATFORM and set(composing_models(config)) & out:
+                out.add(name)
+                grew = True
+    return out
+
+
+def _mixed_step(config: mc.ModelConfig, decoupled: set[str]) -> str:
+    """The model of the first step whose inputs come from different decoupled steps ("" when none does).
+
+    Each tensor is labelled by the decoupled step whose responses it follows (0: the ensemble request):
+    a decoupled step's outputs get a label of their own, any other step's the one its inputs share."""
+    labels = dict.fromkeys((t.name for t in config.input), 0)
+    steps = list(config.ensemble_scheduling.step)
+    fresh = 0
+    progress = True
+    while steps and progress:
+        progress = False
+        for step in list(steps):
+            if not all(t in labels for t in step.input_map.values()):
+                continue
+            steps.remove(step)
+            progress = True
+            seen = {labels[t] for t in step.input_map.values()}
+            if len(seen) > 1:
+                return step.model_name
+            if step.model_name in decoupled:
+                fresh += 1
+                label = fresh
+            else:
+                label = seen.pop() if seen else 0
+            for tensor in step.output_map.values():
+                labels[tensor] = label
+    return ""
 
 
 def _cycle(start: str, ensembles: Mapping[str, mc.ModelConfig]) -> list[str]:

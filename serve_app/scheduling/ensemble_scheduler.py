@@ -11,6 +11,11 @@ with Triton's ``in ensemble '<name>',`` prefix and the other running steps are
 cancelled; so are all of them when the ensemble's client cancels (steps still
 queued in their models never run, each counted CANCELED, as is the ensemble).
 
+A step may be a decoupled model: the steps after it run once per response it
+sends, and the ensemble answers once per set of outputs
+(:mod:`~serve_app.scheduling.ensemble_flow`), through :meth:`submit_stream`
+(such an ensemble is decoupled itself, as Triton marks it).
+
 Sequences go through as Triton sends them: each step's request carries the
 ensemble request's parameters, its ``sequence_id``, ``sequence_start`` and
 ``sequence_end`` included, unless a step's response set them (then the steps
@@ -23,32 +28,24 @@ without a sequence gets ``sequence_id`` 0, and both flags false).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from serve_app.errors import InvalidArgument, ServeError, as_serve_error
+from serve_app.errors import InvalidArgument, ServeError
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
-from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, RequestedOutput
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue, StreamItem
 from serve_app.protos import model_config_pb2 as mc
+from serve_app.scheduling.ensemble_flow import Answer, EnsembleFlow, Sequence, Step, StepStream
+from serve_app.scheduling.inflight_limiter import InflightLimiter
 from serve_app.stats import ModelStats
 
 Infer = Callable[[InferRequest], Awaitable[InferResponse]]
 
-SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
 _INT64_WRAP = 2**64
-Sequence = dict[str, ParamValue]  # the sequence parameters a tensor carries: sequence_id, sequence_start, sequence_end
-
-
-def request_sequence(parameters: dict[str, ParamValue]) -> Sequence:
-    """A request's sequence parameters as Triton's ensemble reports them (ID 0 and no flags without any)."""
-    corr = parameters.get("sequence_id", 0)
-    return {
-        "sequence_id": corr if isinstance(corr, (int, str)) and not isinstance(corr, bool) else 0,
-        "sequence_start": parameters.get("sequence_start") is True,
-        "sequence_end": parameters.get("sequence_end") is True,
-    }
+# Triton's answer when the steps ended without setting every output (a model left one out of its response).
+DEADLOCK = "unexpected deadlock, at least one output is not set while no more ensemble steps can be made"
 
 
 def response_parameters(sequence: Sequence) -> dict[str, ParamValue]:
@@ -59,12 +56,13 @@ def response_parameters(sequence: Sequence) -> dict[str, ParamValue]:
     return {**sequence, "sequence_id": corr}
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    model: str
-    version: str  # "" = the model's newest served version
-    inputs: tuple[tuple[str, str], ...]  # (model input, ensemble tensor)
-    outputs: tuple[tuple[str, str], ...]  # (model output, ensemble tensor)
+def one_response(infer: Infer) -> StepStream:
+    """A step stream of models that answer once: their response, final."""
+
+    async def stream(request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        yield StreamItem(await infer(request), final=True)
+
+    return stream
 
 
 class EnsembleScheduler:
@@ -72,16 +70,17 @@ class EnsembleScheduler:
         self,
         config: mc.ModelConfig,
         signature: ModelSignature,
-        infer: Infer,
+        stream: StepStream,
         *,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
+        """``stream``: a step's responses (one, final, for a model that is not decoupled)."""
         self.signature = signature
         self.stats = ModelStats(signature.name, signature.version)
-        self._infer = infer
+        self._stream = stream
         self._clock = clock
         self._steps = tuple(
-            _Step(
+            Step(
                 s.model_name,
                 str(s.model_version) if s.model_version >= 0 else "",
                 tuple(sorted(s.input_map.items())),
@@ -89,32 +88,68 @@ class EnsembleScheduler:
             )
             for s in config.ensemble_scheduling.step
         )
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self.limiters = tuple(InflightLimiter(limit) for _ in self._steps) if limit else None
 
     async def submit(self, request: InferRequest, options: RequestOptions, arrival_ns: int) -> InferResponse:
         self.stats.pending += 1
         try:
-            tensors, sequences = await self._run(request)
+            response: InferResponse | None = None
+            async with contextlib.aclosing(self._flow(request).answers()) as answers:
+                async for answer in answers:
+                    if response is None and answer.outputs is not None:
+                        response = self._response(request, answer)
+            if response is None:
+                raise InvalidArgument(DEADLOCK)
         except ServeError as exc:
             self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
-            raise type(exc)(f"in ensemble '{self.signature.name}', {exc.message}") from None
+            raise self._in_ensemble(exc) from None
         except asyncio.CancelledError:  # the client left: its running steps were cancelled, its queued ones dropped
             self.stats.record_failure("CANCELED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
             raise
         finally:
             self.stats.pending -= 1
-        sig = self.signature
-        names = [o.name for o in request.outputs] if request.outputs else list(sig.outputs)
-        outputs = []
-        parameters: dict[str, ParamValue] = {}
-        for name in names:
-            t = tensors[name]
-            outputs.append(InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(t.data.shape), t.data))
-            if name in sequences:
-                parameters = response_parameters(sequences[name])
-        now = self._clock()
         self.stats.execution_count += 1
-        self.stats.record_success(max(1, options.batch_size), now - arrival_ns, 0, 0, 0, 0, time.time_ns() // 1_000_000)
-        return InferResponse(sig.name, sig.version, request.id, outputs, parameters)
+        self.stats.record_success(
+            max(1, options.batch_size), self._clock() - arrival_ns, 0, 0, 0, 0, time.time_ns() // 1_000_000
+        )
+        return response
+
+    async def submit_stream(
+        self, request: InferRequest, options: RequestOptions, arrival_ns: int
+    ) -> AsyncGenerator[StreamItem, None]:
+        """The ensemble's responses as its outputs become ready; the last one (or the flag alone) is final.
+        An error ends the stream as its final item."""
+        self.stats.pending += 1
+        finished = responded = False
+        try:
+            async with contextlib.aclosing(self._flow(request).answers()) as answers:
+                async for answer in answers:
+                    if answer.final:
+                        finished = True
+                        self.stats.execution_count += 1
+                        self.stats.record_success(
+                            max(1, options.batch_size), self._clock() - arrival_ns, 0, 0, 0, 0,
+                            time.time_ns() // 1_000_000, first_response=False,
+                        )  # fmt: skip
+                    if answer.outputs is None:
+                        yield StreamItem(final=True)
+                        continue
+                    if not responded:
+                        responded = True
+                        self.stats.record_first_response(self._clock() - arrival_ns)
+                    yield StreamItem(self._response(request, answer), final=answer.final)
+        except ServeError as exc:
+            if not finished:
+                finished = True
+                self.stats.record_failure("OTHER", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+                yield StreamItem(error=self._in_ensemble(exc), final=True)
+        except (asyncio.CancelledError, GeneratorExit):
+            if not finished:  # the client left: the running steps were cancelled
+                self.stats.record_failure("CANCELED", self._clock() - arrival_ns, time.time_ns() // 1_000_000)
+            raise
+        finally:
+            self.stats.pending -= 1
 
     def drained(self) -> bool:
         """Always: it queues nothing itself (its steps wait in their own models' schedulers)."""
@@ -134,71 +169,34 @@ class EnsembleScheduler:
                     grew = True
         return sorted(needed)
 
-    async def _run(self, request: InferRequest) -> tuple[dict[str, InferTensor], dict[str, Sequence]]:
-        """The ensemble's tensors, and the sequence parameters of those its steps produced."""
-        tensors: dict[str, InferTensor] = {t.name: t for t in request.inputs}
-        sequences: dict[str, Sequence] = {}  # tensor -> the sequence parameters of the step that produced it
-        overrides: dict[str, Sequence] = {}  # tensor -> the sequence parameters its step's response set
-        outputs = [o.name for o in request.outputs] if request.outputs else list(self.signature.outputs)
-        waiting = self.needed_steps(outputs)
-        running: dict[asyncio.Task[InferResponse], int] = {}
-        requests: dict[int, InferRequest] = {}
-        try:
-            while waiting or running:
-                for i in [i for i in waiting if all(t in tensors for _, t in self._steps[i].inputs)]:
-                    waiting.remove(i)
-                    step_request = self._request(request, i, tensors, overrides)
-                    running[asyncio.ensure_future(self._infer(step_request))] = i
-                    requests[i] = step_request
-                if not running:
-                    missing = sorted({t for i in waiting for _, t in self._steps[i].inputs if t not in tensors})
-                    raise InvalidArgument(f"tensors {missing} are needed by a step but nothing produced them")
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    index = running.pop(task)
-                    step = self._steps[index]
-                    exc = task.exception()
-                    if exc is not None:
-                        raise as_serve_error(exc)
-                    response = task.result()
-                    produced = {o.name: o for o in response.outputs}
-                    override = {k: response.parameters[k] for k in SEQUENCE_PARAMETERS if k in response.parameters}
-                    step_parameters = requests.pop(index).parameters
-                    if override:  # Triton: the response's flags replace the step's (unset ones are false)
-                        step_parameters = {**step_parameters, "sequence_start": False, "sequence_end": False}
-                    sequence = request_sequence({**step_parameters, **override})
-                    for model_out, tensor in step.outputs:
-                        out = produced[model_out]
-                        tensors[tensor] = InferTensor(tensor, out.datatype, out.shape, out.data)
-                        sequences[tensor] = sequence
-                        if override:
-                            overrides[tensor] = sequence
-        finally:
-            for task in running:
-                task.cancel()
-        return tensors, sequences
+    def _outputs(self, request: InferRequest) -> list[str]:
+        return [o.name for o in request.outputs] if request.outputs else list(self.signature.outputs)
 
-    def _request(
-        self, request: InferRequest, index: int, tensors: dict[str, InferTensor], overrides: dict[str, Sequence]
-    ) -> InferRequest:
-        """The step's request: the ensemble request's parameters, with the sequence parameters a producing
-        step's response set on one of its inputs (Triton takes the first such input's)."""
-        step = self._steps[index]
-        inputs = []
-        parameters = dict(request.parameters)
-        override: Sequence | None = None
-        for model_in, tensor in step.inputs:
-            t = tensors[tensor]
-            inputs.append(InferTensor(model_in, t.datatype, t.shape, t.data))
-            if override is None and tensor in overrides:
-                override = overrides[tensor]
-        if override is not None:
-            parameters.update(override)
-        return InferRequest(
-            model_name=step.model,
-            model_version=step.version,
-            id=request.id,
-            inputs=inputs,
-            outputs=[RequestedOutput(name) for name, _ in step.outputs],
-            parameters=parameters,
+    def _flow(self, request: InferRequest) -> EnsembleFlow:
+        outputs = self._outputs(request)
+        return EnsembleFlow(
+            self._steps,
+            self.needed_steps(outputs),
+            self._stream,
+            request,
+            outputs,
+            limiters=self.limiters,
+            name=self.signature.name,
         )
+
+    def _in_ensemble(self, exc: ServeError) -> ServeError:
+        return type(exc)(f"in ensemble '{self.signature.name}', {exc.message}")
+
+    def _response(self, request: InferRequest, answer: Answer) -> InferResponse:
+        """The response of one answer: its outputs (those a step left out omitted, as Triton omits them)
+        and the sequence parameters of the step that produced the last of them."""
+        assert answer.outputs is not None
+        sig = self.signature
+        outputs = []
+        parameters: dict[str, ParamValue] = {}
+        for name, value in answer.outputs.items():
+            parameters = response_parameters(value.sequence)
+            t = value.tensor
+            if t is not None:
+                outputs.append(InferTensor(name, sig.outputs[name].datatype.wire_name, tuple(t.data.shape), t.data))
+        return InferResponse(sig.name, sig.version, request.id, outputs, parameters)

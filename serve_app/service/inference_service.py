@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from serve_app.cache_config import CacheConfig
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
-from serve_app.errors import InvalidArgument, Unavailable, Unsupported
+from serve_app.errors import InvalidArgument, Unavailable
 from serve_app.inference.classification import apply_classification
 from serve_app.inference.custom_metrics import Collected
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
@@ -246,19 +246,25 @@ class InferenceService:
         if not model.is_decoupled:
             yield StreamItem(await self.infer(model, request), final=True)
             return
+        self.inflight += 1
+        try:
+            async with contextlib.aclosing(self._submit_stream(model, request)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self.inflight -= 1
+
+    async def _submit_stream(self, model: ServedModel, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        """A decoupled model's (or ensemble's) responses to ``request``; checks fail before the first."""
         arrival = time.monotonic_ns()
         batch_size = validate_request(request, model.signature)
         options = RequestOptions.parse(request, model.signature, batch_size=batch_size, sequence_model=False)
         request.model_version = str(model.version)
         scheduler = self.scheduler(model)
-        assert isinstance(scheduler, DecoupledScheduler)
-        self.inflight += 1
-        try:
-            async with contextlib.aclosing(scheduler.submit_stream(request, options, arrival)) as items:
-                async for item in items:
-                    yield item
-        finally:
-            self.inflight -= 1
+        assert isinstance(scheduler, (DecoupledScheduler, EnsembleScheduler))
+        async with contextlib.aclosing(scheduler.submit_stream(request, options, arrival)) as items:
+            async for item in items:
+                yield item
 
     async def drain(self, timeout_s: float) -> int:
         """Stop accepting requests and wait (up to ``timeout_s``) for those in progress; returns how many
@@ -295,14 +301,16 @@ class InferenceService:
             apply_classification(response, options.classification, model.labels, model.signature.max_batch_size > 0)
         return response
 
-    async def _infer_step(self, request: InferRequest) -> InferResponse:
-        """An ensemble step: a request to the model the step names, as a client's would be."""
+    async def _step_stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        """An ensemble step: a request to the model the step names, as a client's would be; its responses
+        (one, final, unless the model is decoupled)."""
         model = self.model(request.model_name, request.model_version)
-        if model.is_decoupled:
-            raise Unsupported(
-                f"ensemble step model '{model.name}' is decoupled: ensembles of decoupled models are not supported"
-            )
-        return await self._infer(model, request)
+        if not model.is_decoupled:
+            yield StreamItem(await self._infer(model, request), final=True)
+            return
+        async with contextlib.aclosing(self._submit_stream(model, request)) as items:
+            async for item in items:
+                yield item
 
     def scheduler(self, model: ServedModel) -> Scheduler:
         """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""
@@ -310,7 +318,7 @@ class InferenceService:
             return model.scheduler
         sched: Scheduler
         if model.is_ensemble:
-            sched = EnsembleScheduler(model.config, model.signature, self._infer_step)
+            sched = EnsembleScheduler(model.config, model.signature, self._step_stream)
         elif model.is_sequence:
             sched = SequenceScheduler(model.config, model.signature, self.executor.sequence_port(model.key))
         elif model.is_decoupled:

@@ -212,8 +212,34 @@ class ModelRegistry:
         self.revision = changes.revision
 
 
+def ensemble_decoupling(registry: ModelRegistry) -> None:
+    """An ensemble with a decoupled step (or a step that is such an ensemble) is decoupled itself, as
+    Triton sets it in the ensemble's config: it answers on a stream only, once per response of its steps."""
+    ensembles = [m for m in registry.all_models() if m.is_ensemble]
+    decoupled = {id(m): False for m in ensembles}
+    changed = True
+    while changed:
+        changed = False
+        for model in ensembles:
+            if decoupled[id(model)]:
+                continue
+            for step in model.config.ensemble_scheduling.step:
+                version = str(step.model_version) if step.model_version >= 0 else ""
+                try:
+                    used = registry.resolve(step.model_name, version)
+                except ServeError:
+                    continue
+                if decoupled.get(id(used), used.is_decoupled):
+                    decoupled[id(model)] = changed = True
+                    break
+    for model in ensembles:
+        model.config.model_transaction_policy.decoupled = decoupled[id(model)]
+
+
 def ensemble_readiness(registry: ModelRegistry) -> None:
-    """An ensemble is ready only when every model its steps use is: mark the others UNAVAILABLE."""
+    """An ensemble is ready only when every model its steps use is: mark the others UNAVAILABLE (and those
+    with a decoupled step decoupled)."""
+    ensemble_decoupling(registry)
     changed = True
     while changed:
         changed = False

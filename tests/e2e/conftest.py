@@ -75,7 +75,7 @@ def build_repository(repo: pathlib.Path) -> None:
     sequence_models.build_all(repo)  # seq_* models for test_sequence.py (sequence batcher)
     warmup_models.build(repo)  # warmup_ok/_bad for test_warmup.py
     torchscript_models.build_all(repo)  # ts_* models for test_torchscript.py (none without PyTorch)
-    ensemble_models.build_all(repo)  # ens_onnx, ens_mixed and scores for test_ensemble_classification.py
+    ensemble_models.build_all(repo)  # ens_*, scores for test_ensemble_classification.py and test_ensemble_decoupled.py
     control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
     python_models.build_e2e(repo)  # py_* for test_python_backend.py (Python backend, decoupled, generate, BLS)
     cancel_models.build(repo)  # gate for test_cancellation.py

@@ -2,6 +2,8 @@
 
 ens_onnx   ensemble of four add_sub (ONNX) steps: OUT_2A = 2a, OUT_2B = 2b, OUT_SUM = a + b
 ens_mixed  add_sub (ONNX) then ts_add_sub (TorchScript): OUT_2A = 2a, OUT_2B = 2b (only with PyTorch)
+ens_square py_square (decoupled: IN = n, n responses n) then square_ident (ONNX identity INT32): a decoupled
+           ensemble answering n times OUT = n
 scores     identity FP32 [-1] whose output has a label file (classification extension)
 """
 
@@ -36,8 +38,28 @@ def mixed_ensemble(repo: pathlib.Path, name: str = "ens_mixed") -> pathlib.Path:
     return d
 
 
+def decoupled_ensemble(repo: pathlib.Path, name: str = "ens_square", step: str = "py_square") -> pathlib.Path:
+    """``step`` (a decoupled model: IN INT32 [1] -> OUT INT32 [1]) then an ONNX identity on each response."""
+    example_models.identity(repo, "INT32", name="square_ident", max_batch_size=0)
+    d = repo / name
+    (d / "1").mkdir(parents=True, exist_ok=True)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        "ensemble_scheduling { step [\n"
+        f'  {{ model_name: "{step}" model_version: -1 input_map {{ key: "IN" value: "IN" }} '
+        'output_map { key: "OUT" value: "n" } },\n'
+        '  { model_name: "square_ident" model_version: -1 input_map { key: "INPUT0" value: "n" } '
+        'output_map { key: "OUTPUT0" value: "OUT" } }\n'
+        "] }\n"
+    )
+    return d
+
+
 def build_all(repo: pathlib.Path) -> None:
     example_models.add_sub_ensemble(repo, name="ens_onnx", step_model="add_sub")
+    decoupled_ensemble(repo)  # its step py_square comes from python_models.build_e2e
     if torchscript_models.torch_available():
         mixed_ensemble(repo)
     d = example_models.identity(repo, "FP32", name="scores")

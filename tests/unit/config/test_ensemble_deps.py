@@ -113,3 +113,32 @@ def test_load_waves_hold_at_most_size_models_and_put_ensembles_after_their_steps
 def test_load_waves_survive_an_ensemble_cycle() -> None:
     models = {"a": _ensemble("b"), "b": _ensemble("a")}
     assert sorted(load_waves(models, 1)) == [["a"], ["b"]]  # the cycle is refused later, by ensemble_problems
+
+
+DECOUPLED = """
+name: "dec" backend: "python" max_batch_size: 8 model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+
+
+def after_decoupled(name: str, second_input: str) -> str:
+    """``dec`` on A, then add_sub on dec's output and ``second_input``."""
+    return f"""
+name: "{name}" platform: "ensemble" max_batch_size: 8
+input [ {{ name: "A" data_type: TYPE_FP32 dims: [ 16 ] }}, {{ name: "B" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {{ name: "S" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "dec" model_version: -1 input_map {{ key: "IN" value: "A" }} output_map {{ key: "OUT" value: "x" }} }},
+  {{ model_name: "dec" model_version: -1 input_map {{ key: "IN" value: "B" }} output_map {{ key: "OUT" value: "y" }} }},
+  {{ model_name: "add_sub" model_version: -1 input_map {{ key: "INPUT0" value: "x" }}
+    input_map {{ key: "INPUT1" value: "{second_input}" }} output_map {{ key: "OUTPUT0" value: "S" }} }} ] }}
+"""
+
+
+def test_a_step_reading_the_responses_of_two_decoupled_steps_is_refused_as_triton_refuses_it() -> None:
+    mixed = "in ensemble {}, step of model 'add_sub' receives inputs originated from different decoupled models"
+    found = problems(ADD_SUB, DECOUPLED, after_decoupled("two", "y"), after_decoupled("with_input", "B"))
+    assert found["two"] == mixed.format("two")
+    assert found["with_input"] == mixed.format("with_input")  # the request's own tensor is another stream
+    assert problems(ADD_SUB, DECOUPLED, after_decoupled("same", "x")) == {}  # both inputs from one stream

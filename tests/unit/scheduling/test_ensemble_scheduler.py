@@ -14,7 +14,7 @@ from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, ParamValue
 from serve_app.protos import model_config_pb2 as mc
-from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
+from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler, one_response
 from tests.support.clock import FakeClock
 
 CONFIG = """
@@ -52,7 +52,9 @@ class Models:
 
 def ensemble(models: Models) -> EnsembleScheduler:
     config = text_format.Parse(CONFIG, mc.ModelConfig())
-    return EnsembleScheduler(config, ModelSignature.from_config(config, "1"), models, clock=FakeClock(1_000))
+    return EnsembleScheduler(
+        config, ModelSignature.from_config(config, "1"), one_response(models), clock=FakeClock(1_000)
+    )
 
 
 async def run(scheduler: EnsembleScheduler, parameters: dict[str, ParamValue]) -> InferResponse:
@@ -108,7 +110,9 @@ async def test_a_cancelled_ensemble_request_cancels_its_steps_and_counts_cancele
         raise AssertionError("never released")
 
     config = text_format.Parse(CONFIG, mc.ModelConfig())
-    scheduler = EnsembleScheduler(config, ModelSignature.from_config(config, "1"), stalled, clock=FakeClock(1_000))
+    scheduler = EnsembleScheduler(
+        config, ModelSignature.from_config(config, "1"), one_response(stalled), clock=FakeClock(1_000)
+    )
     task = asyncio.ensure_future(run(scheduler, {}))
     await started.wait()
     task.cancel()

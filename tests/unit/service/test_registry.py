@@ -229,6 +229,22 @@ def test_unavailability_propagates_through_nested_ensembles() -> None:
     assert registry.resolve("outer").reason == "composing model 'inner' is not ready"
 
 
+def test_an_ensemble_with_a_decoupled_step_is_decoupled_and_so_are_those_including_it() -> None:
+    registry = ModelRegistry()
+    step = config()
+    step.model_transaction_policy.decoupled = True
+    registry.add(ServedModel.create("m", 1, step))
+    registry.add(ServedModel.create("other", 1, config("other")))
+    registry.add(ServedModel.create("outer", 1, ensemble("outer", step="inner")))
+    registry.add(ServedModel.create("inner", 1, ensemble("inner", step="m")))
+    plain = ensemble("plain", step="other")
+    plain.model_transaction_policy.decoupled = True  # Triton sets it from the steps, whatever the config says
+    registry.add(ServedModel.create("plain", 1, plain))
+    ensemble_readiness(registry)
+    assert registry.resolve("inner").is_decoupled and registry.resolve("outer").is_decoupled
+    assert not registry.resolve("plain").is_decoupled
+
+
 # -- resolution -------------------------------------------------------------------------------
 @pytest.fixture
 def registry() -> ModelRegistry:
