@@ -110,9 +110,15 @@ async def test_sequence_steps_and_polls_reach_the_instance_they_name(tmp_path: p
     await host.stop(unloading=True)
 
 
-async def test_a_short_execution_runs_on_the_event_loop_once_it_is_known_to_be_short(repo: pathlib.Path) -> None:
+async def test_a_short_execution_runs_on_the_event_loop_once_it_is_known_to_be_short(
+    repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import threading
 
+    from serve_app.hosting import instance as instance_module
+
+    # "Short" as this test's machine may measure it: under load, add_sub's wall time can pass 150 µs.
+    monkeypatch.setattr(instance_module, "INLINE_MAX_NS", 10**10)
     host = InstanceHost("h1")
     load = load_of(repo, "add_sub")
     await host.apply([load])
