@@ -187,19 +187,24 @@ def test_full_queue_rejects_at_once(
 def test_full_queue_over_http_is_503(server: Server, slow: Recorder) -> None:
     import httpx
 
-    first = slow.send("running", 1.0)
-    settle()
-    held = slow.send("held", 2.0, priority=3)
-    wait_queued(server, 1)
     body = {
         "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "FP32", "data": [3.0]}],
         "parameters": {"priority": 3},
     }
-    r = httpx.post(f"http://{server.http_url}/v2/models/slow/infer", json=body, timeout=30)
+    # The queue is full only while the first execution runs (a few hundred ms): on a machine too busy to
+    # send the third request within that time it finds room and is served, so the scene is played again.
+    for _ in range(3):
+        first = slow.send("running", 1.0)
+        settle()
+        held = slow.send("held", 2.0, priority=3)
+        wait_queued(server, 1)
+        r = httpx.post(f"http://{server.http_url}/v2/models/slow/infer", json=body, timeout=30)
+        first.result(timeout=60)
+        held.result(timeout=60)
+        if r.status_code != 200:
+            break
     assert r.status_code == 503
     assert "Exceeds maximum queue size" in r.json()["error"]
-    first.result(timeout=60)
-    held.result(timeout=60)
 
 
 def test_timed_out_request_is_rejected(server: Server, grpc: grpcclient.InferenceServerClient, slow: Recorder) -> None:
