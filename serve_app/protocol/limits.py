@@ -159,16 +159,22 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             raise IndexError("varint too long")
 
 
-def check_infer_message_counts(data: bytes, limits: RequestLimits) -> None:
-    """Refuse (INVALID_ARGUMENT) a serialized ModelInferRequest listing more inputs, outputs or raw input
-    contents than the limits allow, before protobuf builds a message for each (an empty input is two bytes
-    on the wire and about 80 once decoded: 16 MiB of them cost 0.7 GiB and 4 s of the event loop).
+# Up to this many fields of a kind (or 16 times its limit) protobuf decodes them, a few MiB, and the decoded
+# request is refused with its exact counts (the HTTP front end's message); beyond, refused from the bytes.
+_DECODED_FIELDS = 65536
 
-    Counting each field's tag byte is a pass in C and bounds its count from above; only when a bound is
-    over the limit are the top-level fields walked (skipped by their lengths, so a few large raw contents
-    cost a few steps), stopping at the first count over the limit.  Bytes that are not a well-formed
-    message are left to protobuf's own error."""
-    bounds = {_INPUTS: limits.max_inputs, _OUTPUTS: limits.max_outputs, _RAW: limits.max_inputs}
+
+def check_infer_message_counts(data: bytes, limits: RequestLimits) -> None:
+    """Refuse (INVALID_ARGUMENT) a serialized ModelInferRequest listing far more inputs, outputs or raw input
+    contents than the limits allow, before protobuf builds a message for each (an empty input is two bytes on
+    the wire and about 80 once decoded: 16 MiB of them cost 0.7 GiB and 4 s of the event loop).
+
+    Counting each field's tag byte is a pass in C and bounds its count from above; only when a bound is over
+    the threshold are the top-level fields walked (skipped by their lengths, so a few large raw contents cost
+    a few steps), stopping at the first count over it.  Below it the decoded request's counts are checked as
+    usual.  Bytes that are not a well-formed message are left to protobuf's own error."""
+    bounds = {field: max(_DECODED_FIELDS, 16 * limit) for field, limit in
+              ((_INPUTS, limits.max_inputs), (_OUTPUTS, limits.max_outputs), (_RAW, limits.max_inputs))}  # fmt: skip
     if all(data.count(tag) <= bounds[field] for field, tag in _TAG_BYTES.items()):
         return
     counts = dict.fromkeys(bounds, 0)
@@ -194,11 +200,12 @@ def check_infer_message_counts(data: bytes, limits: RequestLimits) -> None:
                 return
     except IndexError:
         return
-    names = {_INPUTS: "inputs", _OUTPUTS: "outputs", _RAW: "raw_input_contents"}
+    names = {_INPUTS: ("inputs", "max_inputs"), _OUTPUTS: ("outputs", "max_outputs"),
+             _RAW: ("raw_input_contents", "max_inputs")}  # fmt: skip
     for field, count in counts.items():
         if count > bounds[field]:
-            setting = "max_outputs" if field == _OUTPUTS else "max_inputs"
+            what, setting = names[field]
             raise InvalidArgument(
-                f"request for model '{model}' has more than {bounds[field]} {names[field]}, the maximum allowed "
-                f"value, {_raise_hint(setting)}"
+                f"request for model '{model}' has over {bounds[field]} {what}, more than the maximum allowed "
+                f"value of {getattr(limits, setting)}, {_raise_hint(setting)}"
             )

@@ -3,24 +3,21 @@ the real front ends in this process: the JSON body (HTTP) and a ModelInferReques
 are answered with 400 / INVALID_ARGUMENT, raise this process's peak resident memory by less than 64 MiB,
 and a health check keeps answering meanwhile.
 
-The clients run in threads on blocking sockets, so the event loop serves only the servers and the bodies
-are sent from the test's one copy.  The peak is the kernel's (``VmHWM`` after ``clear_refs``).  What a
-health check waits for is the event loop's longest busy stretch; it is measured in the loop thread's CPU
-time, which a loaded machine does not stretch, and asserted under the 0.5 s the check must answer within.
-The health checks' wall times are only required to answer (a loaded CI machine may delay any of them)."""
+The clients (``tests/support/raw_clients.py``) run in threads on blocking sockets, so the event loop
+serves only the servers and the bodies are sent from the test's one copy.  The peak is the kernel's
+(``VmHWM`` after ``clear_refs``).  What a health check waits for is the event loop's longest busy stretch;
+it is measured in the loop thread's CPU time, which a loaded machine does not stretch, and asserted under
+the 0.5 s the check must answer within.  The health checks' wall times are only required to answer (a
+loaded CI machine may delay any of them)."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 
 from serve_app.grpc_server import start_grpc_server
@@ -29,6 +26,7 @@ from serve_app.http_server.server import reuse_port_socket, serve_http
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
 from tests.support.net import free_port
+from tests.support.raw_clients import grpc_call, grpc_frame, http_exchange, http_status
 from tests.support.repos import ADD_SUB
 
 MiB = 2**20
@@ -66,65 +64,13 @@ def _status(name: str) -> int:
     return int(line.split()[1]) * 1024
 
 
-def _read_all(sock: socket.socket) -> bytes:
-    chunks = []
-    while chunk := sock.recv(1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def http_post(port: int, body: bytes) -> int:
+def http_post(port: int, body: bytes) -> int | None:
     """POST ``body`` to add_sub's infer route; the answer's status."""
     head = (
         f"POST /v2/models/{ADD_SUB}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
-        sock.sendall(head)
-        sock.sendall(body)
-        return int(_read_all(sock).split(b" ", 2)[1])
-
-
-def grpc_infer(port: int, framed: bytes) -> int:
-    """ModelInfer with ``framed`` as the request (a gRPC message, prefix included), sent by h2 within the
-    server's windows; the call's grpc-status."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
-
-        def pump() -> list[h2.events.Event]:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError("the server closed the connection")
-            events = conn.receive_data(data)
-            sock.sendall(conn.data_to_send())
-            return events
-
-        conn.initiate_connection()
-        stream = conn.get_next_available_stream_id()
-        headers = [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
-                   (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
-        conn.send_headers(stream, headers)
-        sock.sendall(conn.data_to_send())
-        view = memoryview(framed)
-        sent = 0
-        while sent < len(framed):
-            size = min(conn.local_flow_control_window(stream), conn.max_outbound_frame_size, len(framed) - sent)
-            if size <= 0:
-                pump()
-                continue
-            conn.send_data(stream, view[sent : sent + size].tobytes())
-            sock.sendall(conn.data_to_send())
-            sent += size
-        conn.end_stream(stream)
-        sock.sendall(conn.data_to_send())
-        while True:
-            for event in pump():
-                if isinstance(event, h2.events.DataReceived):
-                    conn.acknowledge_received_data(event.flow_controlled_length, stream)
-                if isinstance(event, (h2.events.TrailersReceived, h2.events.ResponseReceived)):
-                    found = dict(event.headers).get(b"grpc-status")
-                    if found is not None:
-                        return int(found)
+    return http_status(http_exchange(port, head, body, timeout=TIMEOUT))
 
 
 @dataclass
@@ -141,9 +87,7 @@ class Watch:
         request = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         while not self.stop.is_set():
             start = time.monotonic()
-            with socket.create_connection(("127.0.0.1", self.http_port), timeout=TIMEOUT) as sock:
-                sock.sendall(request)
-                self.statuses.append(int(_read_all(sock).split(b" ", 2)[1]))
+            self.statuses.append(http_status(http_exchange(self.http_port, request, timeout=TIMEOUT)) or 0)
             self.waits.append(time.monotonic() - start)
             time.sleep(0.02)
 
@@ -154,7 +98,7 @@ class Watch:
             self.loop_busy = max(self.loop_busy, time.thread_time() - before)
 
 
-async def abuse(http_port: int, send: Callable[[], int]) -> tuple[int, int, Watch]:
+async def abuse(http_port: int, send: Callable[[], int | None]) -> tuple[int | None, int, Watch]:
     """Run ``send`` in a thread with health checks beside it: its answer, the peak extra RSS, the watch."""
     watch = Watch(http_port)
     checker = threading.Thread(target=watch.checks, daemon=True)
@@ -193,8 +137,8 @@ async def test_http_body_of_empty_objects(ports: Ports) -> None:
 
 async def test_grpc_message_of_empty_inputs(ports: Ports) -> None:
     message = pb.ModelInferRequest(model_name=ADD_SUB).SerializeToString() + b"\x2a\x00" * (BODY // 2)
-    framed = b"\x00" + len(message).to_bytes(4, "big") + message
+    framed = grpc_frame(message)
     del message
-    status, extra, watch = await abuse(ports.http, lambda: grpc_infer(ports.grpc, framed))
+    status, extra, watch = await abuse(ports.http, lambda: grpc_call(ports.grpc, framed, timeout=TIMEOUT))
     assert status == 3  # INVALID_ARGUMENT
     _assert_bounded(extra, watch)

@@ -1,6 +1,6 @@
 """A serialized ModelInferRequest's input, output and raw-content counts, checked on its bytes before
-protobuf decodes it: refused over the limits, never for a request within them (binary raw contents full of
-the tag bytes included), and malformed bytes left to protobuf."""
+protobuf decodes it: refused far over the limits, left to the decoded checks (exact counts) near them, never
+misled by raw contents full of the tag bytes, and malformed bytes left to protobuf."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from serve_app.protocol.limits import check_infer_message_counts
 from serve_app.protos import grpc_service_pb2 as pb
 
 LIMITS = RequestLimits(max_inputs=4, max_outputs=3)
+OVER = 65536  # fields of a kind protobuf may decode before the bytes are walked
 
 
 def _request(inputs: int, outputs: int, raw: int, raw_bytes: bytes = b"") -> bytes:
@@ -27,32 +28,37 @@ def _request(inputs: int, outputs: int, raw: int, raw_bytes: bytes = b"") -> byt
     return msg.SerializeToString()
 
 
-def test_a_request_at_the_limits_passes() -> None:
-    check_infer_message_counts(_request(4, 3, 4), LIMITS)
+def _empties(tag: bytes, n: int) -> bytes:
+    return pb.ModelInferRequest(model_name="m").SerializeToString() + tag * n
+
+
+def test_a_request_within_the_threshold_is_left_to_the_decoded_checks() -> None:
+    check_infer_message_counts(_request(40, 30, 40), LIMITS)  # over the limits: refused once decoded, exactly
+    check_infer_message_counts(_empties(b"\x2a\x00", OVER), LIMITS)
 
 
 def test_tag_bytes_inside_raw_contents_are_not_counted() -> None:
-    data = _request(4, 3, 4, b"\x2a\x32\x3a" * 1000)  # every tag byte, many times, inside the data
+    data = _request(4, 3, 4, b"\x2a\x32\x3a" * 100_000)  # every tag byte, many times, inside the data
     check_infer_message_counts(data, LIMITS)
     assert len(parse_model_infer_request(data, LIMITS).raw_input_contents) == 4
 
 
 @pytest.mark.parametrize(
-    ("counts", "what", "setting"),
-    [((5, 0, 0), "4 inputs", "max_inputs"), ((0, 4, 0), "3 outputs", "max_outputs"),
-     ((4, 0, 5), "4 raw_input_contents", "max_inputs")],
+    ("tag", "what", "setting"),
+    [(b"\x2a\x00", "inputs, more than the maximum allowed value of 4", "max_inputs"),
+     (b"\x32\x00", "outputs, more than the maximum allowed value of 3", "max_outputs"),
+     (b"\x3a\x00", "raw_input_contents, more than the maximum allowed value of 4", "max_inputs")],
 )  # fmt: skip
-def test_over_a_limit_is_refused_with_its_setting(counts: tuple[int, int, int], what: str, setting: str) -> None:
+def test_far_over_a_limit_is_refused_from_the_bytes(tag: bytes, what: str, setting: str) -> None:
     with pytest.raises(InvalidArgument) as info:
-        parse_model_infer_request(_request(*counts), LIMITS)
-    assert info.value.message.startswith(f"request for model 'm' has more than {what}, the maximum allowed value")
+        parse_model_infer_request(_empties(tag, OVER + 1), LIMITS)
+    assert info.value.message.startswith(f"request for model 'm' has over {OVER} {what}")
     assert setting in info.value.message
 
 
-def test_empty_inputs_are_refused_at_the_first_one_over() -> None:
-    data = pb.ModelInferRequest(model_name="m").SerializeToString() + b"\x2a\x00" * 1_000_000
-    with pytest.raises(InvalidArgument, match="more than 1024 inputs"):
-        check_infer_message_counts(data, RequestLimits())
+def test_sixteen_mib_of_empty_inputs_are_refused_at_once() -> None:
+    with pytest.raises(InvalidArgument, match=f"has over {OVER} inputs"):
+        check_infer_message_counts(_empties(b"\x2a\x00", 8 * 2**20), RequestLimits())
 
 
 @pytest.mark.parametrize("data", [b"\x2a" * 100, b"\x2a\xff", b"\x0f" + b"\x2a" * 10, b"\xff" * 20 + b"\x2a" * 10])
