@@ -31,7 +31,8 @@ session of the local process listening on the HTTP port (all of serve_app's own 
    Exit 1 on any error, a server not ready at the end, memory not back after the abuse, or (own server) an
    unclean shutdown.
 
-Bounded: everything, server start and stop included, ends within duration + calibration + 120 s.  Ctrl-C or
+Bounded: everything, server start and stop included, ends within duration + calibration + 120 s (and
+0.1 s per abuse case and the settle time).  Ctrl-C or
 SIGTERM ends the soak early with its summary and the server stopped (exit 1); a second one aborts.
 """
 
@@ -312,7 +313,9 @@ def main() -> int:
         ap.error("durations must be positive and --load in (0, 2]")
 
     t_start = time.monotonic()
-    deadline = t_start + args.duration_s + args.calibration_s + 120
+    deadline = (
+        t_start + args.duration_s + args.calibration_s + 120 + (args.abuse * 0.1 + args.settle_s if args.abuse else 0)
+    )
     server: list[Server] = []
     done = threading.Event()
 
@@ -472,7 +475,8 @@ def abuse_phase(
     args: argparse.Namespace, http: str, grpc: str, rss: Callable[[], dict[str, tuple[int, int]]]
 ) -> list[str]:
     """Abuse over sockets after the soak; the reasons to fail (memory: all the server's processes together)."""
-    before = sum(kib for _, kib in rss().values())
+    groups = rss()
+    before = sum(kib for _, kib in groups.values())
     print(f"\nabuse: {args.abuse} cases over sockets, seed {args.seed}", flush=True)
     report = sockets.abuse_ports(
         int(http.rsplit(":", 1)[1]), int(grpc.rsplit(":", 1)[1]), DEFAULT_LIMITS,
@@ -480,13 +484,18 @@ def abuse_phase(
     )  # fmt: skip
     peak = sum(kib for _, kib in rss().values())
     EARLY.wait(args.settle_s)
-    after = sum(kib for _, kib in rss().values())
+    groups_after = rss()
+    after = sum(kib for _, kib in groups_after.values())
+    grown = {g: kib - groups.get(g, (0, 0))[1] for g, (_, kib) in groups_after.items()}
     growth = (after - before) / before if before else 0.0
     answers = "  ".join(f"{a}: {n}" for a, n in sorted(report.answers.items(), key=lambda kv: -kv[1]))
     print(f"abuse: {report.cases} cases in {report.elapsed_s:.1f} s, {len(report.problems)} failures, healthy "
           f"{report.healthy}; {answers}; slowest {report.slowest * 1000:.0f} ms")  # fmt: skip
-    print(f"abuse: server RSS {sl.mib(before):.0f} MiB before, {sl.mib(peak):.0f} right after, "
-          f"{sl.mib(after):.0f} after {args.settle_s:g} s ({growth:+.1%})")  # fmt: skip
+    print(
+        f"abuse: server RSS {sl.mib(before):.0f} MiB before, {sl.mib(peak):.0f} right after, "
+        f"{sl.mib(after):.0f} after {args.settle_s:g} s ({growth:+.1%}); grown: "
+        + ", ".join(f"{g} {sl.mib(k):+.0f}" for g, k in sorted(grown.items(), key=lambda kv: -kv[1]) if k > 1024)
+    )
     fails = [f"abuse case {p}" for p in report.problems[:20]]
     if not report.healthy:
         fails.append("server not healthy after the abuse")
