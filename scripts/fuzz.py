@@ -3,6 +3,7 @@
 
     python -m scripts.fuzz [--cases 10000] [--seed 0] [--time-limit-s 900] [--timeout-s 10] [--concurrency 8]
                            [--protocols http,grpc,parity] [--http HOST:PORT --grpc HOST:PORT] [--case N]
+                           [--sockets N]
 
 A case passes when it is answered, within ``--timeout-s``, with HTTP 200/4xx (501 and 503 where the
 server may legitimately say so; any other 5xx fails) and a ``{"error": ...}`` body on errors, or a gRPC
@@ -20,6 +21,13 @@ never load or unload a model it serves.  ``--cases`` is per protocol.  Case ``i`
 is generated from ``Random(f"{seed}:{p}:{i}")``: ``--case i --protocols p`` replays and prints it.
 Needs the test extra (httpx, tritonclient, onnx).
 
+``--sockets N`` (in process only) then sends N cases over real sockets to the gateway's own HTTP and gRPC
+servers: bad request heads (oversized request line, too many headers, an oversized head, a head that never
+completes, garbage), oversized, deeply nested and empty-object bodies, gRPC messages over the size limit or
+of empty inputs or nested groups, and garbage and random HTTP/2 frames on the gRPC port.  Each must be
+answered as its limit says (or closed), never with a 5xx or INTERNAL/UNKNOWN, and the process's resident
+memory must be back within 5% after the run (``tests/support/fuzz/sockets.py``).
+
 The cases, the oracle and the targets are the package ``tests/support/fuzz/`` (CI runs a seeded share of them in
 ``tests/integration/test_fuzz.py``); this is the command line.
 """
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import Any
 
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from tests.support.fuzz import (
@@ -41,6 +50,7 @@ from tests.support.fuzz import (
     in_process,
     remote,
     run_case,
+    sockets,
 )
 
 
@@ -49,6 +59,8 @@ async def main_async(args: argparse.Namespace) -> int:
     for p in protocols:
         if p not in PROTOCOLS:
             raise SystemExit(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")
+    if args.sockets and args.http:
+        raise SystemExit("--sockets runs in process only")
     if bool(args.http) != bool(args.grpc):
         raise SystemExit("--http and --grpc go together")
     if args.http:
@@ -57,7 +69,7 @@ async def main_async(args: argparse.Namespace) -> int:
     else:
         limits = IN_PROCESS_LIMITS
         context = in_process(limits, args.timeout_s)
-    async with context as (targets, _):
+    async with context as (targets, service):
         models = await discover(targets.http)
         gen = Generator(models, limits, remote=bool(args.http))
         if not gen.ready:
@@ -85,8 +97,23 @@ async def main_async(args: argparse.Namespace) -> int:
             check_every=args.check_every,
             progress=lambda line: print(line, flush=True),
         )
-    report.print(args.seed, show=args.show_failures)
-    return 0 if report.ok else 1
+        report.print(args.seed, show=args.show_failures)
+        ok = report.ok
+        if args.sockets:
+            ok = await _over_sockets(service, limits, args) and ok
+    return 0 if ok else 1
+
+
+async def _over_sockets(service: Any, limits: RequestLimits, args: argparse.Namespace) -> bool:
+    print(f"over sockets: {args.sockets} cases, seed {args.seed}", flush=True)
+    report = await sockets.abuse(
+        service, limits, model="add_sub", cases=args.sockets, seed=args.seed, timeout_s=max(args.timeout_s, 30.0),
+        concurrency=min(args.concurrency, 4), progress=lambda line: print(line, flush=True),
+    )  # fmt: skip
+    for problem in report.problems[: args.show_failures]:
+        print(f"FAIL {problem}")
+    print(("PASS " if report.ok else "FAIL ") + report.summary())
+    return report.ok
 
 
 def main() -> int:
@@ -103,6 +130,7 @@ def main() -> int:
     ap.add_argument("--max-body-bytes", type=int, default=0, help="a running server's limit, when not the default")
     ap.add_argument("--case", type=int, help="replay one case of each protocol and print it")
     ap.add_argument("--show-failures", type=int, default=20)
+    ap.add_argument("--sockets", type=int, default=0, help="then N cases over real sockets (in process)")
     return asyncio.run(main_async(ap.parse_args()))
 
 

@@ -24,9 +24,15 @@ session of the local process listening on the HTTP port (all of serve_app's own 
 3. Every ``--interval-s`` one line: elapsed, ok/errors, achieved rate, p50/p99 per kind, the p99 of how
    late tickets started (client lag), and RSS per process group of the server's session.
 4. Summary: totals, errors by op and status, p99 first vs last interval, RSS first vs last per group.
-   Exit 1 on any error, a server not ready at the end, or (own server) an unclean shutdown.
+5. With ``--abuse N``: N cases of abuse over sockets (``tests/support/fuzz/sockets.py``: bad request heads,
+   oversized, nested and empty-object bodies up to 16 MiB, gRPC messages over the limit or of empty inputs,
+   HTTP/2 garbage), each to be answered as its limit says and never with a 5xx; the server's processes'
+   RSS, ``--settle-s`` after the last, must be back within 5% of before.
+   Exit 1 on any error, a server not ready at the end, memory not back after the abuse, or (own server) an
+   unclean shutdown.
 
-Bounded: everything, server start and stop included, ends within duration + calibration + 120 s.  Ctrl-C or
+Bounded: everything, server start and stop included, ends within duration + calibration + 120 s (and
+0.1 s per abuse case and the settle time).  Ctrl-C or
 SIGTERM ends the soak early with its summary and the server stopped (exit 1); a second one aborts.
 """
 
@@ -43,8 +49,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
+from serve_app.limits import DEFAULT_LIMITS
 from tests.support import soak as sl
+from tests.support.fuzz import sockets
 from tests.support.net import free_port
 
 # Set by the first SIGINT/SIGTERM: the soak ends early, still with its summary and a clean server stop.
@@ -294,6 +303,8 @@ def main() -> int:
     ap.add_argument("--grpc", help="HOST:PORT of a running server's gRPC endpoint (with --http)")
     ap.add_argument("--session", type=int, help="with --http: session id whose processes' RSS to report")
     ap.add_argument("--server-arg", action="append", default=[], help="extra `python -m serve_app` option")
+    ap.add_argument("--abuse", type=int, default=0, help="then N abuse cases over sockets, memory checked after")
+    ap.add_argument("--settle-s", type=float, default=10.0, help="wait after the abuse before the RSS is read")
     ap.add_argument("--keep-log", action="store_true", help="print the server log's tail at the end")
     args = ap.parse_args()
     if bool(args.http) != bool(args.grpc):
@@ -302,7 +313,9 @@ def main() -> int:
         ap.error("durations must be positive and --load in (0, 2]")
 
     t_start = time.monotonic()
-    deadline = t_start + args.duration_s + args.calibration_s + 120
+    deadline = (
+        t_start + args.duration_s + args.calibration_s + 120 + (args.abuse * 0.1 + args.settle_s if args.abuse else 0)
+    )
     server: list[Server] = []
     done = threading.Event()
 
@@ -451,8 +464,43 @@ def run(
     print(f"server ready at the end: {'yes' if ready else 'NO'}")
     if not ready:
         fails.append("server not ready at the end")
+    if args.abuse and ready and not EARLY.is_set():
+        fails += abuse_phase(args, http, grpc, rss)
     if EARLY.is_set():
         fails.append(f"interrupted after {sum(s for _, s in rows):.0f} s of {args.duration_s:g} s")
+    return fails
+
+
+def abuse_phase(
+    args: argparse.Namespace, http: str, grpc: str, rss: Callable[[], dict[str, tuple[int, int]]]
+) -> list[str]:
+    """Abuse over sockets after the soak; the reasons to fail (memory: all the server's processes together)."""
+    groups = rss()
+    before = sum(kib for _, kib in groups.values())
+    print(f"\nabuse: {args.abuse} cases over sockets, seed {args.seed}", flush=True)
+    report = sockets.abuse_ports(
+        int(http.rsplit(":", 1)[1]), int(grpc.rsplit(":", 1)[1]), DEFAULT_LIMITS,
+        model=sl.ADD_SUB, cases=args.abuse, seed=args.seed,
+    )  # fmt: skip
+    peak = sum(kib for _, kib in rss().values())
+    EARLY.wait(args.settle_s)
+    groups_after = rss()
+    after = sum(kib for _, kib in groups_after.values())
+    grown = {g: kib - groups.get(g, (0, 0))[1] for g, (_, kib) in groups_after.items()}
+    growth = (after - before) / before if before else 0.0
+    answers = "  ".join(f"{a}: {n}" for a, n in sorted(report.answers.items(), key=lambda kv: -kv[1]))
+    print(f"abuse: {report.cases} cases in {report.elapsed_s:.1f} s, {len(report.problems)} failures, healthy "
+          f"{report.healthy}; {answers}; slowest {report.slowest * 1000:.0f} ms")  # fmt: skip
+    print(
+        f"abuse: server RSS {sl.mib(before):.0f} MiB before, {sl.mib(peak):.0f} right after, "
+        f"{sl.mib(after):.0f} after {args.settle_s:g} s ({growth:+.1%}); grown: "
+        + ", ".join(f"{g} {sl.mib(k):+.0f}" for g, k in sorted(grown.items(), key=lambda kv: -kv[1]) if k > 1024)
+    )
+    fails = [f"abuse case {p}" for p in report.problems[:20]]
+    if not report.healthy:
+        fails.append("server not healthy after the abuse")
+    if before and growth > 0.05:
+        fails.append(f"server RSS {growth:+.1%} after the abuse (more than 5%)")
     return fails
 
 

@@ -118,7 +118,9 @@ class MessageReader:
             end = MESSAGE_PREFIX + length
             if len(buffer) < end:
                 break
-            messages.append(self._payload(buffer[0], bytes(buffer[MESSAGE_PREFIX:end])))
+            with memoryview(buffer) as view:  # one copy of the message, not a bytearray slice and then bytes
+                payload = bytes(view[MESSAGE_PREFIX:end])
+            messages.append(self._payload(buffer[0], payload))
             del buffer[:end]
         return messages
 

@@ -44,14 +44,18 @@ class MalformedRequest:
 
     __slots__ = ("error",)
 
-    def __init__(self, exc: Exception) -> None:
-        self.error = InvalidArgument(f"failed to parse the request message: {exc}")
+    def __init__(self, exc: Exception, error: InvalidArgument | None = None) -> None:
+        self.error = error or InvalidArgument(f"failed to parse the request message: {exc}")
 
 
-def _deserializer(message_type: Any) -> Callable[[bytes], Any]:
+def _deserializer(message_type: Any, limits: RequestLimits) -> Callable[[bytes], Any]:
+    infer = message_type is pb.ModelInferRequest
+
     def parse(data: bytes) -> Any:
         try:
-            return message_type.FromString(data)
+            return grpc_codec.parse_model_infer_request(data, limits) if infer else message_type.FromString(data)
+        except InvalidArgument as exc:  # refused on its bytes, before it is decoded
+            return MalformedRequest(exc, exc)
         except (DecodeError, ValueError, RuntimeError) as exc:
             return MalformedRequest(exc)
 
@@ -310,5 +314,6 @@ def method_table(servicer: InferenceServicer) -> dict[bytes, Method]:
         fn = getattr(servicer, name, None)
         handler = cast(Callable[..., Any], fn) if streaming else _unary(fn, name)
         path = f"/{SERVICE_NAME}/{name}".encode()
-        table[path] = Method(name, _deserializer(req_t), resp_t.SerializeToString, handler, streaming)
+        parse = _deserializer(req_t, servicer.limits)
+        table[path] = Method(name, parse, resp_t.SerializeToString, handler, streaming)
     return table

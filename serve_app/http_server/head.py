@@ -31,6 +31,7 @@ class BoundedHeadProtocol(ChunkedWinsProtocol):
         self._in_head = True  # between the end of a request's body (or the connection's start) and its head's end
         self._head_bytes = 0
         self._header_count = 0
+        self._field_bytes = 0  # the headers' names and values of the request being parsed, with their separators
         self._refusal: tuple[int, str] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
 
@@ -60,6 +61,7 @@ class BoundedHeadProtocol(ChunkedWinsProtocol):
             return
         self._in_head = True
         self._header_count = 0
+        self._field_bytes = 0
         self._arm()
 
     def on_url(self, url: bytes) -> None:
@@ -72,6 +74,11 @@ class BoundedHeadProtocol(ChunkedWinsProtocol):
         self._header_count += 1
         if self._header_count > limits.MAX_HEADERS:
             self._refuse(431, f"the request has more than {limits.MAX_HEADERS} headers")
+            raise _HeadRefused
+        # The reads' count misses a head completed by the read that crosses the limit: its fields count here.
+        self._field_bytes += len(name) + len(value) + 4
+        if len(self.url) + self._field_bytes > limits.MAX_HEAD_BYTES:
+            self._refuse(431, f"the request line and headers are over {limits.MAX_HEAD_BYTES} bytes")
             raise _HeadRefused
         super().on_header(name, value)
 

@@ -28,7 +28,7 @@ from serve_app.inference.types import (
 from serve_app.inference.validate import declared_shape
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import shm_codec, tensor_codec
-from serve_app.protocol.limits import ElementBudget, check_counts
+from serve_app.protocol.limits import ElementBudget, check_counts, check_infer_message_counts
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.shared_memory import SharedMemory, ShmRef
 
@@ -107,6 +107,13 @@ def params_to_pb(params: Mapping[str, object], target: Mapping[str, pb.InferPara
 
 
 # --------------------------------------------------------------------------- request
+
+
+def parse_model_infer_request(data: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> pb.ModelInferRequest:
+    """A serialized ModelInferRequest, its input and output counts checked on its bytes before protobuf
+    builds a message for each."""
+    check_infer_message_counts(data, limits)
+    return pb.ModelInferRequest.FromString(data)
 
 
 def decode_model_infer_request(

@@ -23,6 +23,7 @@ from serve_app.http_server import build_http_app
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
 from tests.support import fuzz
+from tests.support.fuzz import sockets
 
 SEED = 20251123
 CASES = 400  # per protocol: about 3 s in all
@@ -315,3 +316,20 @@ async def test_grpc_message_over_the_limit_is_resource_exhausted(server: Server)
     assert code == "RESOURCE_EXHAUSTED" and "larger than max" in details
     ok = await grpc_call(t, "ModelInfer", add_sub_grpc([1, 16], bytes(64)))
     assert ok[0] == "OK"
+
+
+# --------------------------------------------------------------------------- abuse over real sockets
+
+
+async def test_socket_abuse_gets_client_errors_and_memory_returns(server: Server) -> None:
+    """Bad heads, oversized, nested and empty-object bodies, huge gRPC messages and HTTP/2 garbage on real
+    sockets: no 5xx, each answered as its limit says (or closed), the server healthy, memory back within 5%."""
+    _, service = server
+    report = await sockets.abuse(service, LIMITS, model="add_sub", cases=120, seed=SEED, timeout_s=60.0)
+    assert not report.problems, "\n".join(report.problems[:20])
+    assert report.healthy
+    assert report.cases == 120
+    print(report.summary())
+    assert report.memory_growth <= 0.05, report.summary()
+    answers = set(report.answers)
+    assert {"http 414", "http 431", "http 413", "http 400", "grpc grpc 3", "grpc grpc 8"} <= answers, answers

@@ -89,3 +89,10 @@ async def test_the_head_timeout_does_not_cut_a_kept_alive_connection(
             await asyncio.sleep(0.5)
     finally:
         writer.close()
+
+
+async def test_a_head_over_the_limit_completed_in_one_write_gets_431(port: int) -> None:
+    # the read that crosses the limit also completes the head: its headers' own bytes are counted
+    big = b"x-big: " + b"v" * (limits.MAX_HEAD_BYTES + 5000) + b"\r\n\r\n"
+    status, error = await refused(port, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + big)
+    assert status == 431 and f"over {limits.MAX_HEAD_BYTES} bytes" in error
