@@ -10,7 +10,7 @@ import tritonclient.http as httpclient
 
 from tests.multinode.conftest import GRPC_PORT, HTTP_PORT
 
-TIMEOUT_S = 60.0  # a request that takes longer is a hang
+TIMEOUT_S = 120.0  # a request that takes longer is a hang (a sequence step may wait 60 s for a slot)
 
 
 def http(address: str) -> httpclient.InferenceServerClient:
