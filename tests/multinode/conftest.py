@@ -168,7 +168,7 @@ def _start(cluster: MultiNode) -> None:
     wait_until(ready, START_TIMEOUT_S, f"serve_app ready (log {cluster.driver_log})", poll_s=1.0)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # gone before the rest of the suite runs
 def multinode() -> Iterator[MultiNode]:
     reason = unavailable_reason()
     if reason is not None:

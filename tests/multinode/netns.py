@@ -44,6 +44,9 @@ def unavailable_reason() -> str | None:
         made = _ip("netns", "add", probe_ns, check=False)
         if made.returncode != 0:
             return f"cannot create a network namespace: {made.stderr.strip()}"
+        inside = subprocess.run(["ip", "netns", "exec", probe_ns, "true"], capture_output=True, text=True, timeout=30)
+        if inside.returncode != 0:
+            return f"cannot run a process in a network namespace: {inside.stderr.strip()}"
         bridge = _ip("link", "add", probe_br, "type", "bridge", check=False)
         if bridge.returncode != 0:
             return f"cannot create a bridge: {bridge.stderr.strip()}"

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.multinode import clients
 from tests.multinode.conftest import MultiNode, wait_until
-
-pytestmark = pytest.mark.multinode
 
 TIMEOUT_S = 120.0
 

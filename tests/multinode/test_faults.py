@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.multinode import clients
 from tests.multinode.conftest import MultiNode, Node, http_ready, wait_until
 from tests.multinode.load import Load
-
-pytestmark = pytest.mark.multinode
 
 SETTLE_S = 120.0  # serving is back within this after a fault
 QUIET_S = 8.0  # ... meaning: this long with successes only

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import collections
 
-import pytest
-
 from tests.multinode import clients, models
 from tests.multinode.conftest import MultiNode, http_ready, wait_until
-
-pytestmark = pytest.mark.multinode
 
 
 def replicas(actors: dict[str, list[str]], deployment: str) -> dict[str, int]:

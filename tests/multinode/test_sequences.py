@@ -9,8 +9,6 @@ import pytest
 from tests.multinode import clients
 from tests.multinode.conftest import MultiNode
 
-pytestmark = pytest.mark.multinode
-
 SEQUENCES = 4
 STEPS = 6
 
