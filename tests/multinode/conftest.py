@@ -1,8 +1,8 @@
-"""A real three-node Ray cluster on this machine, each node at an address of its own, and serve_app on it.
+"""A real four-node Ray cluster on this machine, each node at an address of its own, and serve_app on it.
 
 The nodes are network namespaces on a bridge (``netns.py``).  ``n1`` runs the Ray
 head and the server's driver (``python -m serve_app --address ...``, as a user
-runs it on a head node); ``n2`` and ``n3`` are workers with two fake GPUs each
+runs it on a head node); ``n2`` to ``n4`` are workers with two fake GPUs each
 (Ray's ``GPU`` resource and ``gpu_idx_<i>``, as an operator declares them).
 ``ray start --head`` turns on Ray's token authentication, so every node and the
 driver get ``RAY_AUTH_MODE=token`` and one token file of ours.  Each node keeps
@@ -33,6 +33,9 @@ import pytest
 from tests.multinode import models
 from tests.multinode.netns import Network, Node, unavailable_reason
 
+# The model manager and the sequence router land on any node; with three workers at least one holds
+# neither, so the fault tests always have a worker to kill whose loss the server is built to survive.
+NODES = 4
 RAY_PORT = 6379
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 NODE_CPUS = 4  # logical CPUs per node (the machine has 2 cores; everything here reserves a small share)
@@ -189,7 +192,7 @@ def multinode() -> Iterator[MultiNode]:
     for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "CUDA_VISIBLE_DEVICES"):
         env.pop(key, None)
     try:
-        net = Network(3)
+        net = Network(NODES)
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         pytest.fail(f"building the nodes' network failed: {exc}")

@@ -17,7 +17,7 @@ STEPS = 6
 def test_steps_through_every_gateway_keep_their_state(multinode: MultiNode, model: str) -> None:
     gateways = [
         c for n in multinode.nodes for c in (clients.http(n.address), clients.grpc(n.address))
-    ]  # each step through the next one: the three nodes, both protocols
+    ]  # each step through the next one: every node, both protocols
     turn = itertools.cycle(gateways)
     base = 7_000 if model == "seq_accum" else 8_000
     sums = dict.fromkeys(range(base, base + SEQUENCES), 0)
