@@ -19,6 +19,7 @@ SETTLE_S = 120.0  # serving is back within this after a fault
 QUIET_S = 8.0  # ... meaning: this long with successes only
 CUT_S = 6.0  # well under Ray's node death (5 missed health checks, 3 s apart)
 RESTART_S = 240.0
+SEQUENCE_MODELS = ("seq_accum", "seq_oldest")
 
 
 def victim_and_others(cluster: MultiNode) -> tuple[Node, list[Node]]:
@@ -65,18 +66,21 @@ def test_partition_cut_and_restored(multinode: MultiNode) -> None:
 
 def test_node_killed_under_load(multinode: MultiNode) -> None:
     victim, others = victim_and_others(multinode)
-    sums: dict[int, int] = {}
-    routes = {9_000 + k: others[k % len(others)] for k in range(4)}  # each sequence through one gateway
+    sums: dict[tuple[str, int], int] = {}
+    # each sequence through one gateway, for both strategies (direct and oldest, implicit state)
+    routes = {(m, 9_000 + k): others[k % len(others)] for m in SEQUENCE_MODELS for k in range(4)}
 
     def steps(k: int, first: bool) -> None:
-        for sid, node in routes.items():
+        for (model, sid), node in routes.items():
             value = sid - 8_999 + k
-            sums[sid] = sums.get(sid, 0) + value
+            sums[model, sid] = sums.get((model, sid), 0) + value
             try:
-                out, _ = clients.step(clients.grpc(node.address), "seq_accum", value, sid, start=first)
+                out, corrid = clients.step(clients.grpc(node.address), model, value, sid, start=first)
             except Exception as exc:
-                raise AssertionError(f"sequence {sid} step {k} through {node.name} failed: {exc}") from exc
-            assert out == sums[sid], f"sequence {sid} step {k}: {out} != {sums[sid]} (state lost or misrouted)"
+                raise AssertionError(f"{model} sequence {sid} step {k} through {node.name} failed: {exc}") from exc
+            assert out == sums[model, sid] and corrid in (-1, sid), (
+                f"{model} sequence {sid} step {k}: {out} != {sums[model, sid]} (state lost or misrouted)"
+            )
 
     steps(0, True)
     steps(1, False)
@@ -90,7 +94,7 @@ def test_node_killed_under_load(multinode: MultiNode) -> None:
         settled = max(load.settle(t0, QUIET_S, SETTLE_S), remote.settle(t0, QUIET_S, SETTLE_S))
         unexpected = report(f"{victim.name} killed ({killed} processes), add_sub", load, t0, settled)
         unexpected += report(f"{victim.name} killed, where_gpu (a host on each GPU node)", remote, t0, settled)
-    print(f"[{victim.name} killed] {len(routes)} sequences x 5 steps, 3 after the loss: 0 wrong")
+    print(f"[{victim.name} killed] {len(routes)} sequences (direct, oldest) x 5 steps, 3 after the loss: 0 wrong")
     assert settled < SETTLE_S, "serving did not settle after the node's loss"
     assert not unexpected, unexpected
     assert all(o.took_s < clients.TIMEOUT_S for o in load.outcomes + remote.outcomes), "a request hung"
