@@ -44,6 +44,20 @@ def add_sub(client: Any, model: str = "add_sub") -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+def bls(client: Any, model: str = "py_add_sub") -> None:
+    """py_bls runs ``model`` (add_sub's signature, unbatched) from its own instance; checks the outputs."""
+    module = _module(client)
+    a, b = np.arange(16, dtype=np.float32), np.full(16, 2, dtype=np.float32)
+    name = module.InferInput("MODEL_NAME", [1], "BYTES")
+    name.set_data_from_numpy(np.array([model.encode()], dtype=np.object_))
+    inputs = [name, module.InferInput("INPUT0", [16], "FP32"), module.InferInput("INPUT1", [16], "FP32")]
+    inputs[1].set_data_from_numpy(a)
+    inputs[2].set_data_from_numpy(b)
+    result = client.infer("py_bls", inputs, **_kwargs(client))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
 def where(client: Any, model: str) -> str:
     """The address of the node whose instance answered."""
     module = _module(client)

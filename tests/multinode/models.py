@@ -8,6 +8,8 @@ where_cpu      Python, KIND_CPU count 1               1 in each gateway; answers
 where_gpu      Python, KIND_GPU count 1 gpus [ 1 ]    host-gpu1: one host on each node with GPU 1
 seq_accum      direct, KIND_CPU count 1, backup on    1 in each gateway; running sum (implicit state)
 seq_oldest     oldest, KIND_CPU count 1               1 in each gateway; running sum, CORRID echo
+py_add_sub     Python, KIND_CPU count 1               one replica in the cluster
+py_bls         Python, KIND_GPU count 1 gpus [ 0 ]    one replica on each GPU node; runs py_add_sub (BLS)
 late           KIND_CPU count 1                       not loaded at start (model control tests)
 =============  =====================================  ============================================
 """
@@ -18,9 +20,9 @@ import pathlib
 import textwrap
 
 from tests.e2e import sequence_models
-from tests.support import example_models
+from tests.support import example_models, python_models
 
-LOADED = ("add_sub", "where_cpu", "where_gpu", "seq_accum", "seq_oldest")
+LOADED = ("add_sub", "where_cpu", "where_gpu", "seq_accum", "seq_oldest", "py_add_sub", "py_bls")
 
 # The address this process has on the node's network (the namespace's eth0): the one it uses to reach the head.
 WHERE_PY = """
@@ -63,4 +65,8 @@ def build(repo: pathlib.Path, head: str) -> None:
     where(repo, "where_gpu", "{ kind: KIND_GPU count: 1 gpus: [ 1 ] }", head)
     sequence_models.accumulator(repo, "seq_accum", max_batch_size=2, instances=1, idle_us=60_000_000)
     sequence_models.oldest_accumulator(repo)
+    python_models.add_sub(repo)
+    bls = python_models.bls(repo)
+    with open(bls / "config.pbtxt", "a") as config:
+        config.write("instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]\n")
     example_models.add_sub(repo, name="late", extra_config="instance_group [ { kind: KIND_CPU count: 1 } ]\n")

@@ -57,3 +57,17 @@ def test_instance_groups_placed_exactly_across_nodes(multinode: MultiNode) -> No
         client = clients.grpc(node.address)
         seen = collections.Counter(clients.where(client, "where_gpu") for _ in range(6))
         assert set(seen) <= gpu_nodes, seen
+
+
+def test_bls_from_a_python_model_to_another_node(multinode: MultiNode) -> None:
+    """py_bls has a replica on every GPU node, py_add_sub one in the cluster: some py_bls replicas run
+    their BLS call on another node's instance; every call through every gateway answers right."""
+    actors = multinode.actors_by_node()
+    callers = {a for a, c in replicas(actors, "py_bls.v1.g0.gpu0").items() if c}
+    callee = {a for a, c in replicas(actors, "py_add_sub.v1.g0").items() if c}
+    assert len(callers) == len(multinode.nodes) - 1 and len(callee) == 1, actors
+    assert callers - callee, (callers, callee)
+    for node in multinode.nodes:
+        for client in (clients.http(node.address), clients.grpc(node.address)):
+            for _ in range(3):
+                clients.bls(client)
