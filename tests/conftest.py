@@ -2,6 +2,8 @@
 
 - ``tests/e2e`` and ``tests/cluster`` start the real server or a Ray cluster: marked ``e2e``, so
   ``python -m pytest -m "not e2e"`` runs the fast suite (unit and in-process integration) alone.
+- ``tests/multinode`` builds a Ray cluster of network namespaces (root only): marked ``e2e`` and
+  ``multinode`` (``python -m pytest -m multinode`` runs it alone).
 - ``tests/gpu`` needs a GPU: marked ``gpu`` (its tests skip themselves without one).
 - Everywhere else ``ray.init`` fails the test: unit and integration tests must not start Ray
   (as Ray's own ``tests/unit/conftest.py`` does with ``disallow_ray_init``).
@@ -16,15 +18,14 @@ import pytest
 
 from tests.support.paths import ROOT
 
-MARKERS = {"e2e": "e2e", "cluster": "e2e", "gpu": "gpu"}
+MARKERS = {"e2e": ("e2e",), "cluster": ("e2e",), "gpu": ("gpu",), "multinode": ("e2e", "multinode")}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = item.path.relative_to(ROOT / "tests").parts
-        marker = MARKERS.get(parts[0]) if len(parts) > 1 else None
-        if marker is not None:
+        for marker in MARKERS.get(parts[0], ()) if len(parts) > 1 else ():
             item.add_marker(marker)
 
 
@@ -41,4 +42,6 @@ def _no_ray_below_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
 
 def _refuse_ray(*args: Any, **kwargs: Any) -> None:
-    raise RuntimeError("this test started Ray: only tests/e2e and tests/cluster may (they are marked e2e)")
+    raise RuntimeError(
+        "this test started Ray: only tests/e2e, tests/cluster and tests/multinode may (they are marked e2e)"
+    )

@@ -13,7 +13,7 @@ from serve_app.placement.groups import (
     plan_replicas,
     share_gpus,
 )
-from serve_app.placement.pools import HostPool, host_pool, hosted_instances
+from serve_app.placement.pools import HostPool, gateways_per_node, host_pool, hosted_instances
 
 __all__ = [
     "DEFAULT_GPU_RESOURCE_PREFIX",
@@ -24,6 +24,7 @@ __all__ = [
     "HostPool",
     "InstanceSpec",
     "ReplicaGroup",
+    "gateways_per_node",
     "host_pool",
     "hosted_instances",
     "instance_spec",

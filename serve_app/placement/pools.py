@@ -73,3 +73,14 @@ def host_pool(
 def hosted_instances(group: ReplicaGroup, pool: HostPool) -> int:
     """Instances of ``group`` in the whole pool: ``count`` in each host."""
     return max(1, group.count) * pool.replicas
+
+
+def gateways_per_node(replicas: int, nodes: int) -> int:
+    """Serve's ``max_replicas_per_node`` for the gateways (0: no limit): spread evenly over the live nodes.
+
+    Each gateway serves the Triton ports on its node's address, so a node without one does not answer;
+    Serve's default placement only prefers spreading, and put two gateways on one node and none on
+    another.  More gateways than nodes share their nodes' ports (SO_REUSEPORT), as on one machine."""
+    if nodes <= 1 or replicas <= 1:
+        return 0
+    return -(-replicas // nodes)

@@ -11,7 +11,8 @@ import logging
 import secrets
 from typing import Any
 
-from serve_app.placement import ClusterGpus
+from serve_app.placement import ClusterGpus, gateways_per_node
+from serve_app.rayserve.cluster import live_nodes
 from serve_app.rayserve.console import serve_logging
 from serve_app.rayserve.model_apps import REPLICA_ENV, deployment_name, replica_options
 from serve_app.settings import ServerSettings
@@ -55,11 +56,13 @@ def build_application(settings: ServerSettings, *, gpus: ClusterGpus | None = No
         )
         .bind(settings, token, router, gpus)
     )
+    per_node = gateways_per_node(settings.gateway_replicas, live_nodes())
     gateway = serve.deployment(Gateway).options(
         name="gateway",
         num_replicas=settings.gateway_replicas,
         max_ongoing_requests=1000,
         logging_config=serve_logging(settings),
         ray_actor_options=light,
+        **({"max_replicas_per_node": per_node} if per_node else {}),
     )
     return gateway.bind(settings, token, manager, router)

@@ -16,6 +16,11 @@ def cluster_gpus(prefix: str = DEFAULT_GPU_RESOURCE_PREFIX) -> ClusterGpus:
     return ClusterGpus.from_nodes((n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")), prefix)
 
 
+def live_nodes() -> int:
+    """How many nodes the cluster has now (0 when this process has no Ray)."""
+    return sum(1 for n in ray.nodes() if n.get("Alive")) if ray.is_initialized() else 0
+
+
 def wait_for_gpus(settings: ServerSettings, report: Any = print, poll_s: float = 2.0) -> ClusterGpus:
     """The cluster's GPUs once at least ``settings.wait_for_gpus`` have joined (or the wait ran out)."""
     gpus = cluster_gpus(settings.gpu_resource_prefix)

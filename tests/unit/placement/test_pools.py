@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve_app.placement import ClusterGpus, host_pool, hosted_instances
+from serve_app.placement import ClusterGpus, gateways_per_node, host_pool, hosted_instances
 from serve_app.placement.groups import KIND_CPU, KIND_GPU, KIND_MODEL, ReplicaGroup
 
 THREE_NODES = ClusterGpus(total=4, indexed={0: 2, 1: 2}, cpu_nodes=3)
@@ -45,3 +45,11 @@ def test_nodes_count_from_their_cpus() -> None:
     nodes = [{"CPU": 8.0, "GPU": 2.0, "gpu_idx_0": 1.0, "gpu_idx_1": 1.0}, {"CPU": 0.0}, {"CPU": 4.0}]
     cluster = ClusterGpus.from_nodes(nodes)
     assert (cluster.cpu_nodes, cluster.total, dict(cluster.indexed)) == (2, 2, {0: 1, 1: 1})
+
+
+def test_gateways_spread_evenly_over_the_nodes() -> None:
+    # one per node: every node's address answers; more than nodes: they share evenly; one node: no limit
+    assert gateways_per_node(3, 3) == 1
+    assert gateways_per_node(2, 3) == 1
+    assert gateways_per_node(4, 3) == 2
+    assert gateways_per_node(2, 1) == 0 and gateways_per_node(1, 3) == 0 and gateways_per_node(3, 0) == 0

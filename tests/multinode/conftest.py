@@ -1,0 +1,207 @@
+"""A real four-node Ray cluster on this machine, each node at an address of its own, and serve_app on it.
+
+The nodes are network namespaces on a bridge (``netns.py``).  ``n1`` runs the Ray
+head and the server's driver (``python -m serve_app --address ...``, as a user
+runs it on a head node); ``n2`` to ``n4`` are workers with two fake GPUs each
+(Ray's ``GPU`` resource and ``gpu_idx_<i>``, as an operator declares them).
+``ray start --head`` turns on Ray's token authentication, so every node and the
+driver get ``RAY_AUTH_MODE=token`` and one token file of ours.  Each node keeps
+its Ray files in a directory of its own (``RAY_TMPDIR``): the namespaces share
+the filesystem.  Teardown kills every process inside the namespaces by PID
+(``ip netns pids``) and removes the namespaces, the veths and the bridge, also
+when a test or the start failed
+(``MULTINODE_KEEP=1`` keeps the logs under /tmp/mn_*).  Where namespaces cannot be made (not root, no
+``ip``, no permission, no bridge) every test here is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.multinode import models
+from tests.multinode.netns import Network, Node, unavailable_reason
+
+# The model manager and the sequence router land on any node; with three workers at least one holds
+# neither, so the fault tests always have a worker to kill whose loss the server is built to survive.
+NODES = 4
+RAY_PORT = 6379
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+NODE_CPUS = 4  # logical CPUs per node (the machine has 2 cores; everything here reserves a small share)
+GPUS_PER_WORKER = 2
+START_TIMEOUT_S = 300.0
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def wait_until(check: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.5) -> object:
+    """``check()``'s first truthy answer; fails the test saying what did not happen (and the last error)."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while True:
+        try:
+            answer = check()
+            if answer:
+                return answer
+            last = answer
+        except Exception as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:g}s (last: {last!r})")
+        time.sleep(poll_s)
+
+
+def http_ready(address: str, timeout_s: float = 3.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address}:{HTTP_PORT}/v2/health/ready", timeout=timeout_s) as r:
+            return bool(r.status == 200)
+    except Exception:
+        return False
+
+
+@dataclass
+class MultiNode:
+    net: Network
+    tmp: pathlib.Path
+    env: dict[str, str]
+    repo: pathlib.Path
+    driver_log: pathlib.Path
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.net.nodes
+
+    @property
+    def head(self) -> Node:
+        return self.net.nodes[0]
+
+    def node_log(self, node: Node) -> pathlib.Path:
+        return self.tmp / f"{node.name}.log"
+
+    def start_ray(self, node: Node) -> None:
+        """``ray start --block`` inside ``node``: the head on n1, a worker elsewhere."""
+        env = dict(self.env, RAY_TMPDIR=str(self.tmp / node.name))
+        os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
+        common = [
+            "--node-ip-address", node.address, "--num-cpus", str(NODE_CPUS), "--disable-usage-stats",
+            "--object-store-memory", str(128 * 1024 * 1024), "--block",
+        ]  # fmt: skip
+        if node is self.head:
+            cmd = ["ray", "start", "--head", "--port", str(RAY_PORT), "--include-dashboard", "false", *common]
+        else:
+            gpus = {f"gpu_idx_{i}": 1 for i in range(GPUS_PER_WORKER)}
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(GPUS_PER_WORKER))
+            cmd = [
+                "ray", "start", "--address", f"{self.head.address}:{RAY_PORT}", "--num-gpus", str(GPUS_PER_WORKER),
+                "--resources", json.dumps(gpus), *common,
+            ]  # fmt: skip
+        self.net.popen(node, cmd, str(self.node_log(node)), env)
+
+    def ray_script(self, code: str, timeout_s: float = 120.0) -> str:
+        """Run Python ``code`` as a Ray driver on the head node (``ray`` connected); its stdout."""
+        prelude = f"import ray, json\nray.init(address='{self.head.address}:{RAY_PORT}', logging_level='ERROR')\n"
+        env = dict(self.env, RAY_TMPDIR=str(self.tmp / self.head.name))
+        return self.net.run(self.head, [sys.executable, "-c", prelude + code], env, timeout_s)
+
+    def alive_nodes(self) -> dict[str, bool]:
+        """Ray's view: node address -> alive."""
+        out = self.ray_script("print(json.dumps({n['NodeManagerAddress']: n['Alive'] for n in ray.nodes()}))")
+        seen: dict[str, bool] = {}
+        for address, alive in json.loads(out.strip().splitlines()[-1]).items():
+            seen[address] = seen.get(address, False) or bool(alive)
+        return seen
+
+    def actors_by_node(self) -> dict[str, list[str]]:
+        """Alive actors' class names on each node address (Serve replicas are named after the deployment)."""
+        code = (  # the GCS's actor table (Ray's state API needs the dashboard, which these nodes do not run)
+            "from ray._private.state import actors\n"
+            "out = {}\n"
+            "for a in actors().values():\n"
+            "    if a['State'] == 'ALIVE':\n"
+            "        out.setdefault(a['Address']['IPAddress'], []).append(a['Name'] or a['ActorClassName'])\n"
+            "print(json.dumps(out))\n"
+        )
+        return dict(json.loads(self.ray_script(code).strip().splitlines()[-1]))
+
+    def placement(self, deployment: str, app: str) -> list[dict[str, object]]:
+        """Every instance the replicas of a host deployment hold: model, kind, node_ip, ... (``placement()``)."""
+        code = (
+            "from ray import serve\n"
+            f"handle = serve.get_deployment_handle('{deployment}', '{app}')\n"
+            "parts = handle.broadcast('placement').results(timeout_s=60)\n"
+            "print(json.dumps([i for part in parts for i in part]))\n"
+        )
+        return list(json.loads(self.ray_script(code).strip().splitlines()[-1]))
+
+
+def _start(cluster: MultiNode) -> None:
+    # One node at a time: the nodes share the head's session directory (Ray keeps it cluster-wide), and two
+    # raylets starting together on one machine may race for its files.
+    for node in cluster.nodes:
+        cluster.start_ray(node)
+        wait_until(
+            lambda a=node.address: cluster.alive_nodes().get(a),
+            START_TIMEOUT_S,
+            f"Ray node {node.name} at {node.address} alive (log {cluster.node_log(node)})",
+            poll_s=2.0,
+        )
+    cmd = [
+        sys.executable, "-m", "serve_app", "--address", f"{cluster.head.address}:{RAY_PORT}",
+        "--model-repository", str(cluster.repo), "--gateway-replicas", str(len(cluster.nodes)),
+        "--model-control-mode", "explicit", *[a for m in models.LOADED for a in ("--load-model", m)],
+    ]  # fmt: skip
+    env = dict(cluster.env, RAY_TMPDIR=str(cluster.tmp / cluster.head.name))
+    driver = cluster.net.popen(cluster.head, cmd, str(cluster.driver_log), env)
+
+    def ready() -> bool:
+        if driver.poll() is not None:
+            pytest.fail(f"the server exited ({driver.returncode}):\n{cluster.driver_log.read_text()[-5000:]}")
+        return b"serve_app ready" in cluster.driver_log.read_bytes()
+
+    wait_until(ready, START_TIMEOUT_S, f"serve_app ready (log {cluster.driver_log})", poll_s=1.0)
+
+
+@pytest.fixture(scope="package")  # gone before the rest of the suite runs
+def multinode() -> Iterator[MultiNode]:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"multi-node tests need network namespaces: {reason}")
+    if shutil.which("ray") is None:
+        pytest.skip("multi-node tests need Ray's `ray` command on PATH")
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="mn_", dir="/tmp"))  # short: Ray's socket paths
+    token = tmp / "token"
+    token.write_text(secrets.token_hex(32))
+    env = dict(os.environ)
+    env.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(token),
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
+        PYTHONUNBUFFERED="1",
+        RAY_DEDUP_LOGS="0",
+    )
+    for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "CUDA_VISIBLE_DEVICES"):
+        env.pop(key, None)
+    try:
+        net = Network(NODES)
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        pytest.fail(f"building the nodes' network failed: {exc}")
+    cluster = MultiNode(net, tmp, env, tmp / "models", tmp / "server.log")
+    try:
+        models.build(cluster.repo, cluster.head.address)
+        _start(cluster)
+        yield cluster
+    finally:
+        net.close()
+        if not os.environ.get("MULTINODE_KEEP"):  # set it to keep the nodes' and the server's logs
+            shutil.rmtree(tmp, ignore_errors=True)
