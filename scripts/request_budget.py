@@ -109,6 +109,20 @@ def find(root: int, marker: str) -> int:
     raise SystemExit(f"no process of the server has '{marker}' in its command line")
 
 
+def thread_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of the process's threads, summed by thread name."""
+    out: collections.Counter[str] = collections.Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            head, _, rest = pathlib.Path(f"/proc/{pid}/task/{tid}/stat").read_text().rpartition(")")
+        except OSError:
+            continue
+        name = head.split("(", 1)[1]
+        fields = rest.split()
+        out[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return dict(out)
+
+
 def cpu_seconds(pid: int) -> float:
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -169,12 +183,14 @@ def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path,
     repo = work / f"repo-{protocol}"
     build(repo)
     ports = (free_port(), free_port(), free_port())
-    saved = os.environ.get("PYTHONPATH")
-    if checkout:
+    saved, here = os.environ.get("PYTHONPATH"), os.getcwd()
+    if checkout:  # Ray puts the driver's working directory first on its workers' path: both must name it
         os.environ["PYTHONPATH"] = checkout
+        os.chdir(checkout)
     try:
         server = start_server(repo, ports, work / f"server-{protocol}.log", [])
     finally:
+        os.chdir(here)
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -184,9 +200,11 @@ def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path,
         asyncio.run(load(url, protocol, concurrency, 3.0))  # warm-up
         pids = {"gateway": find(server.pid, "serve_app:gateway"), "model": find(server.pid, "py_add_sub.v1")}
         before = {k: cpu_seconds(p) for k, p in pids.items()}
+        threads_before = {k: thread_seconds(p) for k, p in pids.items()}
         spies = {k: spy(p, seconds, work / f"{protocol}-{k}.txt") for k, p in pids.items()}
         done = asyncio.run(load(url, protocol, concurrency, seconds))
         spent = {k: cpu_seconds(p) - before[k] for k, p in pids.items()}
+        threads = {k: thread_seconds(p) for k, p in pids.items()}
         for process in spies.values():
             process.wait(timeout=120)
     finally:
@@ -202,6 +220,10 @@ def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path,
             seen += us
             print(f"    {layer:36} {us:6.0f} µs")
         print(f"    {'not seen by py-spy (native threads)':36} {max(per_request_us - seen, 0):6.0f} µs")
+        by_thread = collections.Counter(
+            {n: t - threads_before[name].get(n, 0.0) for n, t in threads[name].items()}
+        ).most_common(4)
+        print("    by thread: " + ", ".join(f"{n} {t / done * 1e6:.0f} µs" for n, t in by_thread))
 
 
 def main(argv: list[str] | None = None) -> int:
