@@ -17,6 +17,7 @@ from serve_app.grpc_server import GrpcServer, start_grpc_server
 from serve_app.http_server import build_http_app, build_metrics_app
 from serve_app.http_server.restricted import restrict_http_app
 from serve_app.http_server.server import reuse_port_socket, serve_http
+from serve_app.runtime.memory import trim_periodically
 from serve_app.service import InferenceService
 from serve_app.settings import ServerSettings
 
@@ -31,6 +32,7 @@ class FrontEnds:
     metrics: uvicorn.Server
     metrics_task: asyncio.Task[None]
     grpc: GrpcServer
+    trimmer: asyncio.Task[None]  # freed memory back to the system now and then (runtime/memory.py)
 
     def check(self) -> None:
         """Raise if a server stopped by itself."""
@@ -40,6 +42,7 @@ class FrontEnds:
             raise RuntimeError("metrics server stopped")
 
     async def stop(self, grace_s: float = 1.0) -> None:
+        self.trimmer.cancel()
         self.http.should_exit = True
         self.metrics.should_exit = True
         await self.grpc.stop(grace=grace_s)
@@ -66,7 +69,8 @@ async def start_front_ends(service: InferenceService, settings: ServerSettings) 
     except BaseException:
         http.should_exit = metrics.should_exit = True
         raise
-    return FrontEnds(http, http_task, metrics, metrics_task, server)
+    trimmer = asyncio.get_running_loop().create_task(trim_periodically())
+    return FrontEnds(http, http_task, metrics, metrics_task, server, trimmer)
 
 
 def _bind(host: str, port: int, what: str) -> socket.socket:
