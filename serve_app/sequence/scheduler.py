@@ -158,7 +158,8 @@ class SequenceScheduler:
                 raise pending
             result = await pending
         except Unavailable as exc:
-            self._forget(corr)
+            if self._places.get(corr) == place:  # a step in flight with it may have moved the sequence already
+                self._forget(corr)
             if not self._backed_up:
                 raise self._lost(corr, exc) from None
             result = await self._recover(flags, step, place)
@@ -188,6 +189,12 @@ class SequenceScheduler:
         users[0] += 1
         try:
             async with lock:  # steps in flight together are sent again in the order they failed
+                moved = self._places.get(corr)
+                if moved is not None and moved.instance != failed.instance and not flags.start:
+                    # A step in flight with this one failed first and went on where the router restored the
+                    # sequence: that place holds the state of every step answered since, so this one goes on
+                    # there too (the router may not have the other step's backup yet).
+                    return await self._last_try(corr, moved, step)
                 try:
                     recovery: Recovery | None = await self._port.recover(corr, failed.instance, step.step_id)
                 except NotFound as exc:  # the model was unloaded meanwhile

@@ -746,6 +746,49 @@ async def test_recovery_onto_a_state_older_than_the_last_answer_is_the_lost_erro
     assert port.kinds()[-1] == "recover"  # not run on the older state
 
 
+async def test_steps_in_flight_together_go_on_where_the_first_of_them_was_restored() -> None:
+    """Two steps sent together fail with their instance: the first is restored and answered at the new place,
+    and the second goes on there, though the router may not have the first one's new state yet (its backup
+    travels on its own)."""
+    port = RecoveringPort()
+    s = scheduler(port, backed_up_config())
+    numbers = iter(range(1, 100))
+
+    def numbered(handler: Handler) -> Handler:
+        def run(assignment: Assignment, step: SequenceStep) -> StepResult | Exception:
+            result = handler(assignment, step)
+            if isinstance(result, StepResult):
+                no = next(numbers)
+                result.backup = StateBackup(step.corr_id, step.slot, step.slot_token, {}, assignment.instance, no)
+            return result
+
+        return run
+
+    port.handler = numbered(compute)
+    await submit(s, request(7, 1, start=True))
+    port.handler = numbered(compute)
+    port.moved[7] = place(1, 555, instance="B")
+    port.backup = lambda backup: None  # type: ignore[method-assign]  # the router has not had B's backups yet
+    at_a: list[asyncio.Future[StepResult]] = []
+    original = port.dispatch
+
+    async def a_dies_with_both_in_flight(assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        if assignment.instance != "A":
+            return await original(assignment, step)
+        at_a.append(asyncio.get_running_loop().create_future())
+        if len(at_a) == 2:
+            for future in at_a:
+                future.set_exception(Unavailable("the channel's peer is unavailable: connection lost"))
+        return at_a[-1]
+
+    port.dispatch = a_dies_with_both_in_flight  # type: ignore[method-assign]
+    second, third = await asyncio.gather(submit(s, request(7, 2)), submit(s, request(7, 3)))
+    assert len(at_a) == 2
+    assert (second, third) == ({"DOUBLE": [4], "NEG": [-2]}, {"DOUBLE": [6], "NEG": [-3]})
+    assert port.kinds().count("recover") == 1
+    assert port.calls[-1] == ("dispatch", 7, 1, 1, 555, False, False)
+
+
 # --------------------------------------------------------------------------- backlog timeouts
 
 
