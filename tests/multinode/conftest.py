@@ -90,7 +90,8 @@ class MultiNode:
 
     def start_ray(self, node: Node) -> None:
         """``ray start --block`` inside ``node``: the head on n1, a worker elsewhere."""
-        env = dict(self.env, RAY_TMPDIR=str(self.tmp / node.name))
+        # A node's temporary files are its own, as on a machine of its own (the per-node shared-memory registry).
+        env = dict(self.env, RAY_TMPDIR=str(self.tmp / node.name), TMPDIR=str(self.tmp / node.name))
         os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
         common = [
             "--node-ip-address", node.address, "--num-cpus", str(NODE_CPUS), "--disable-usage-stats",
@@ -159,6 +160,7 @@ def _start(cluster: MultiNode) -> None:
         sys.executable, "-m", "serve_app", "--address", f"{cluster.head.address}:{RAY_PORT}",
         "--model-repository", str(cluster.repo), "--gateway-replicas", str(len(cluster.nodes)),
         "--model-control-mode", "explicit", *[a for m in models.LOADED for a in ("--load-model", m)],
+        "--allow-client-shm",
     ]  # fmt: skip
     env = dict(cluster.env, RAY_TMPDIR=str(cluster.tmp / cluster.head.name))
     driver = cluster.net.popen(cluster.head, cmd, str(cluster.driver_log), env)
