@@ -29,7 +29,8 @@ from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models, ensemble_problems, load_waves
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceHost, InstanceLoad
-from serve_app.logs import LogSettings
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.trace_settings import NewSetting
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
@@ -43,7 +44,6 @@ from serve_app.repository.model_control import ControlMode, ModelControl, parse_
 from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
-from serve_app.tracing import NewSetting
 
 logger = logging.getLogger("ray.serve")
 models_log = models_logger()  # one line per model as it loads, whatever Ray's and Serve's level

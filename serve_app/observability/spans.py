@@ -10,7 +10,7 @@ children of the ensemble's span), and under each model span that ran a batch a
 
 The request's current span rides a context variable from the front end through the
 service and the schedulers (ensemble steps inherit it); to the instance it travels
-in the batch as a W3C ``traceparent`` (:class:`~serve_app.tracing.TraceLink`).
+in the batch as a W3C ``traceparent`` (:class:`~serve_app.observability.trace_settings.TraceLink`).
 Each process exports through one OTLP/HTTP exporter per export configuration, made
 on first use: a server that never traces starts none.
 """
@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from serve_app.tracing import ExportConfig, TraceLink
+from serve_app.observability.trace_settings import ExportConfig, TraceLink
 
 T = TypeVar("T")
 
