@@ -13,13 +13,13 @@ from typing import Any
 from serve_app.cache_config import CacheConfig
 from serve_app.errors import InvalidArgument
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
-from serve_app.logs import LogSettings
 from serve_app.metrics_options import MetricsOptions
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.trace_startup import TraceStartup
 from serve_app.rate_limit_config import RATE_LIMIT_MODES, parse_resources
 from serve_app.security.paths import is_plain_name
 from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings, optional_tls
-from serve_app.tracing import TraceStartup
 
 CONTROL_MODES = ("none", "poll", "explicit")
 

@@ -2,7 +2,7 @@
 
 The messages are decoded into the service's plain values (a trace setting's value list; a log
 setting's ``bool_param`` / ``uint32_param`` / ``string_param``); the checks and Triton's messages
-are :class:`~serve_app.service.diagnostics.Diagnostics`', shared with HTTP.
+are :class:`~serve_app.observability.diagnostics.Diagnostics`', shared with HTTP.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from serve_app.logs.settings import NO_VALUE
+from serve_app.observability import spans
+from serve_app.observability.log_settings import NO_VALUE
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
-from serve_app.telemetry import spans
 
 TRACEPARENT = "traceparent"
 T = TypeVar("T")

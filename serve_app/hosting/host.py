@@ -22,7 +22,7 @@ from serve_app.errors import Draining, Unavailable
 from serve_app.hosting.instance import HostedInstance
 from serve_app.hosting.messages import ExecuteOn, InstanceLoad, StreamOn
 from serve_app.keys import ModelKey
-from serve_app.logs import python_logging
+from serve_app.observability import python_logging
 from serve_app.sequence.messages import PollEvents, RestoreSequence, SequenceStep, StepResult
 
 STOP_WAIT_S = 27.0  # a group's instances may finish their work this long when it is removed

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from serve_app.inference.execution import Execution
 from serve_app.keys import ModelKey
-from serve_app.logs import LogSettings
+from serve_app.observability.log_settings import LogSettings
 from serve_app.placement import InstanceSpec
 
 

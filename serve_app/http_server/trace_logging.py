@@ -2,7 +2,7 @@
 
 ``GET/POST v2/trace/setting`` and ``v2/models/{model}/trace/setting``; ``GET/POST v2/logging``.  The
 body is decoded here into the service's plain values (JSON types checked with TritonJson's
-messages); everything else is :class:`~serve_app.service.diagnostics.Diagnostics`.  Triton answers
+messages); everything else is :class:`~serve_app.observability.diagnostics.Diagnostics`.  Triton answers
 every error of these endpoints with 400.
 
 :func:`traced_infer` wraps the infer route: while tracing is off it adds one lookup per request.
@@ -22,10 +22,10 @@ from starlette.routing import Route
 
 from serve_app.errors import InvalidArgument, as_serve_error
 from serve_app.limits import RequestLimits
-from serve_app.logs import LogSettings
+from serve_app.observability import spans
+from serve_app.observability.log_settings import LogSettings
 from serve_app.protocol import http_codec
 from serve_app.service import InferenceService
-from serve_app.telemetry import spans
 
 Handler = Callable[[Request], Awaitable[Response]]
 BodyReader = Callable[[Request, RequestLimits], Awaitable[bytes]]

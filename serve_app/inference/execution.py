@@ -22,7 +22,7 @@ import numpy as np
 from serve_app.errors import ServeError
 from serve_app.inference.custom_metrics import Snapshot
 from serve_app.inference.types import ParamValue
-from serve_app.tracing import TraceLink
+from serve_app.observability.trace_settings import TraceLink
 
 CorrelationId = int | str
 FLAG_START, FLAG_END = 1, 2  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END

@@ -59,23 +59,23 @@ class LocalSequencePort:
 class LocalModelExecutor:
     """One instance per model version, executing on its own thread, one call at a time."""
 
-    def __init__(self, instances: dict[tuple[str, int], ModelInstance], link: Any = None) -> None:
+    def __init__(self, instances: dict[ModelKey, ModelInstance], link: Any = None) -> None:
         """``link``: what the instances' Python models call the server through; it learns the service's event
         loop from the first call here."""
         self._instances = instances
         self._link = link
         self._threads = {key: ThreadPoolExecutor(max_workers=1) for key in instances}
         self.router = SequenceRouter()
-        self._ports: dict[tuple[str, int], LocalSequencePort] = {}
+        self._ports: dict[ModelKey, LocalSequencePort] = {}
 
     def capacity(self, key: ModelKey) -> int:
         return 1
 
     def instances(self, key: ModelKey) -> int:
-        return 1 if (key.name, key.version) in self._instances else 0
+        return 1 if key.version_key in self._instances else 0
 
     def _instance(self, key: ModelKey) -> ModelInstance:
-        instance = self._instances.get((key.name, key.version))
+        instance = self._instances.get(key.version_key)
         if instance is None:
             raise InternalError(f"model '{key.name}' version {key.version} is not loaded here")
         return instance
@@ -85,24 +85,24 @@ class LocalModelExecutor:
         loop = asyncio.get_running_loop()
         if self._link is not None:
             self._link.loop = loop
-        return await loop.run_in_executor(self._threads[(key.name, key.version)], instance.run_all, executions)
+        return await loop.run_in_executor(self._threads[key.version_key], instance.run_all, executions)
 
     async def stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
         instance = self._instance(key)
         if self._link is not None:
             self._link.loop = asyncio.get_running_loop()
-        stream = stream_execution(instance, execution, self._threads[(key.name, key.version)])
+        stream = stream_execution(instance, execution, self._threads[key.version_key])
         async with contextlib.aclosing(stream) as items:
             async for item in items:
                 yield item
 
     def sequence_port(self, key: ModelKey) -> LocalSequencePort:
-        port = self._ports.get((key.name, key.version))
+        port = self._ports.get(key.version_key)
         if port is not None:
             return port
         instance = self._instance(key)
         config = instance.ctx.config
-        thread = self._threads[(key.name, key.version)]
+        thread = self._threads[key.version_key]
         label, instance_id = key.label, f"local-{key.name}-{key.version}"
 
         async def run(execution: Execution) -> ExecutionResult:
@@ -123,7 +123,7 @@ class LocalModelExecutor:
         )
         self.router.add_model(label, key.name, SequenceBatchingConfig.from_model_config(config).slots)
         self.router.instance_up(label, instance_id, ("local", 0))
-        port = self._ports[(key.name, key.version)] = LocalSequencePort(label, self.router, seq)
+        port = self._ports[key.version_key] = LocalSequencePort(label, self.router, seq)
         return port
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from serve_app.backends import BackendContext
 from serve_app.config.ensemble_deps import ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
+from serve_app.keys import ModelKey
 from serve_app.local.devices import local_device
 from serve_app.local.executor import LocalModelExecutor
 from serve_app.repository import ModelRepository
@@ -34,11 +35,11 @@ class LocalHost:
     """The service over a repository's models, and what it holds (close it when done)."""
 
     def __init__(
-        self, service: InferenceService, executor: LocalModelExecutor, instances: dict[tuple[str, int], ModelInstance]
+        self, service: InferenceService, executor: LocalModelExecutor, instances: dict[ModelKey, ModelInstance]
     ) -> None:
         self.service = service
         self.executor = executor
-        self.instances = instances  # (model, version) -> its one instance, e.g. to patch a backend in tests
+        self.instances = instances  # its one instance per version (generation 0), e.g. to patch a backend in tests
 
     @classmethod
     def from_repository(
@@ -54,7 +55,7 @@ class LocalHost:
         ``service_options`` go to :class:`InferenceService`."""
         registry = ModelRegistry()
         link = ServiceLink()  # what Python models' BLS calls reach (the service, once it exists)
-        instances: dict[tuple[str, int], ModelInstance] = {}
+        instances: dict[ModelKey, ModelInstance] = {}
         sources = {}
         for name, source in ModelRepository(repo_dir, model_config_name, complete=complete_config).load_all().items():
             if isinstance(source, ServeError):
@@ -89,14 +90,14 @@ class LocalHost:
                             instance_name=f"{name}_0_0",
                             server_link=link,
                         )
-                        instance = instances[(name, version)] = ModelInstance(ctx)
+                        instance = instances[ModelKey(name, version)] = ModelInstance(ctx)
                         warmups.append((model, instance.warm_up().figures()))
                     models.append(model)
             except Exception as exc:
                 reason = as_serve_error(exc).message
                 logger.warning("model '%s': failed to load: %s", name, reason)
                 for version in source.versions:
-                    failed = instances.pop((name, version), None)
+                    failed = instances.pop(ModelKey(name, version), None)
                     if failed is not None:
                         failed.close()
                 warmups = [(m, f) for m, f in warmups if m.name != name]

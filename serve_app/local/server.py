@@ -15,12 +15,11 @@ import time
 
 from serve_app.front_ends import start_front_ends
 from serve_app.local.host import LocalHost
-from serve_app.logs import python_logging
-from serve_app.service.diagnostics import Diagnostics
+from serve_app.observability import python_logging, spans
+from serve_app.observability.diagnostics import Diagnostics
 from serve_app.service.model_table import LOAD_FAILED, failed_to_load, model_table
 from serve_app.settings import ServerSettings
 from serve_app.shared_memory import MemoryStore, SharedMemory
-from serve_app.telemetry import spans
 
 
 async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:

@@ -3,7 +3,7 @@
 Several gateway replicas serve one set of ports, and a settings request reaches one of them; what
 it changes must hold for all.  The gateway checks the request (Triton's errors), then hands the
 change to the model manager (:class:`ManagerDiagnostics`), which records it after the changes before
-it (:class:`~serve_app.service.diagnostics.DiagnosticsLog`) and pushes the record to every gateway
+it (:class:`~serve_app.observability.diagnostics.DiagnosticsLog`) and pushes the record to every gateway
 replica, waiting for them, before the request is answered.  A gateway applies the changes it has not
 applied yet, in order, so each one's settings (and sampling counters) evolve as Triton's do; one that
 starts later, or missed a push, takes the record when it starts and again with each state poll.  A
@@ -18,10 +18,10 @@ from typing import Any
 
 from ray import serve
 
-from serve_app.logs import LogSettings
-from serve_app.service.diagnostics import DiagnosticsLog
+from serve_app.observability.diagnostics import DiagnosticsLog
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.trace_settings import NewSetting
 from serve_app.settings import ServerSettings
-from serve_app.tracing import NewSetting
 
 logger = logging.getLogger("ray.serve")
 
@@ -29,7 +29,7 @@ Record = tuple[int, tuple[tuple[str, NewSetting], ...], LogSettings]
 
 
 class ManagerDiagnostics:
-    """A gateway's :class:`~serve_app.service.diagnostics.DiagnosticsControl`: changes go through the manager."""
+    """A gateway's :class:`~serve_app.observability.diagnostics.DiagnosticsControl`: changes go through the manager."""
 
     def __init__(self, manager: Any) -> None:
         self._manager = manager

@@ -36,7 +36,7 @@ from serve_app.hosting import HostedInstance, InstanceHost
 from serve_app.hosting.messages import ExecuteOn, StreamOn
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.keys import ModelKey
-from serve_app.logs import LogSettings
+from serve_app.observability.log_settings import LogSettings
 from serve_app.sequence.port import ChannelSequencePort
 from serve_app.service.serving_state import DeploymentRef
 from serve_app.transport import ChannelClient

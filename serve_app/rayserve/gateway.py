@@ -26,7 +26,10 @@ from serve_app.front_ends import start_front_ends
 from serve_app.hosting import InstanceLoad
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.keys import ModelKey
-from serve_app.logs import LogSettings, python_logging
+from serve_app.observability import python_logging, spans
+from serve_app.observability.diagnostics import Diagnostics
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.trace_settings import NewSetting
 from serve_app.placement import KIND_CPU, HostPool
 from serve_app.rayserve.console import quiet_router
 from serve_app.rayserve.diagnostics import ManagerDiagnostics
@@ -35,14 +38,11 @@ from serve_app.rayserve.manager_client import ManagerClient
 from serve_app.rayserve.model_apps import gateway_pool
 from serve_app.rayserve.pool_host import PoolHost
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
-from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.server_link import ServiceLink
 from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
 from serve_app.shared_memory import DirectoryStore, SharedMemory, node_directory
 from serve_app.stats import ModelStats
-from serve_app.telemetry import spans
-from serve_app.tracing import NewSetting
 from serve_app.transport import ChannelServer
 
 logger = logging.getLogger("serve_app")

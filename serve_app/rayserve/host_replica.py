@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from serve_app.hosting import InstanceLoad
-from serve_app.logs import python_logging
+from serve_app.observability import python_logging
 from serve_app.placement import HostPool
 from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.rayserve.pool_host import PoolHost

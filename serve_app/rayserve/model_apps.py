@@ -26,7 +26,7 @@ from serve_app.config.ensemble_deps import composing_models
 from serve_app.config.hosting import dedicated_process
 from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.keys import ModelKey
-from serve_app.logs import python_logging
+from serve_app.observability import python_logging
 from serve_app.placement import (
     ClusterGpus,
     HostPool,

@@ -29,7 +29,9 @@ from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models, ensemble_problems, load_waves
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceHost, InstanceLoad
-from serve_app.logs import LogSettings
+from serve_app.keys import ModelKey
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.trace_settings import NewSetting
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
@@ -43,7 +45,6 @@ from serve_app.repository.model_control import ControlMode, ModelControl, parse_
 from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
-from serve_app.tracing import NewSetting
 
 logger = logging.getLogger("ray.serve")
 models_log = models_logger()  # one line per model as it loads, whatever Ray's and Serve's level
@@ -156,7 +157,7 @@ class ModelManager:
             return self._revision
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        states = {(v.name, v.version): (v.state, v.reason) for vs in self._served.values() for v in vs}
+        states = {v.key.version_key: (v.state, v.reason) for vs in self._served.values() for v in vs}
         return self.control.index(ready_only, states)
 
     # -- trace and log settings (see rayserve/diagnostics.py) ----------------------------------
@@ -259,14 +260,14 @@ class ModelManager:
                 if error:
                     failures.setdefault(load.key.name, error)
         states = await self._instance_states(plan)
-        kept: dict[tuple[str, int], str] = {}  # versions served UNAVAILABLE (keep_failed_instances)
+        kept: dict[ModelKey, str] = {}  # versions served UNAVAILABLE (keep_failed_instances)
         for sv in plan.served:
             for ref in sv.deployments:
                 if app_errors.get(ref.app):
                     failures.setdefault(sv.name, app_errors[ref.app])
-            bad = states.get((sv.name, sv.version))
+            bad = states.get(sv.key.version_key)
             if bad and self.settings.keep_failed_instances:
-                kept[(sv.name, sv.version)] = bad
+                kept[sv.key.version_key] = bad
             elif bad:
                 failures.setdefault(sv.name, bad)
         self._fail_ensembles_of(requested, failures)
@@ -287,7 +288,7 @@ class ModelManager:
                 continue
             stale += self._apps.get(name, [])
             stale_groups |= self._hosted.get(name, set())
-            self._served[name] = [_ready(sv, kept.get((sv.name, sv.version))) for sv in plan.served if sv.name == name]
+            self._served[name] = [_ready(sv, kept.get(sv.key.version_key)) for sv in plan.served if sv.name == name]
             awaiting = plan.hosted_groups(name) & self._pools.awaiting
             if awaiting:  # loaded once a starting gateway says so (hosting_taken)
                 self._unannounced[name] = awaiting
@@ -388,10 +389,10 @@ class ModelManager:
                 time.sleep(APP_POLL_S)
         return errors
 
-    async def _instance_states(self, plan: ModelApps) -> dict[tuple[str, int], str]:
+    async def _instance_states(self, plan: ModelApps) -> dict[ModelKey, str]:
         """Why a version's dedicated instances failed to load their model (its load error), keyed by version
         (shared hosts report theirs as they take their content)."""
-        out: dict[tuple[str, int], str] = {}
+        out: dict[ModelKey, str] = {}
         for sv in plan.served:
             reasons = []
             for ref in sv.deployments:
@@ -408,7 +409,7 @@ class ModelManager:
                     elif not answer[0]:
                         reasons.append(answer[1])
             if reasons:
-                out[(sv.name, sv.version)] = reasons[0]
+                out[sv.key.version_key] = reasons[0]
         return out
 
     async def _remove(self, names: list[str], reason: str, failures: dict[str, str] | None = None) -> None:

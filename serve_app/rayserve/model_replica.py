@@ -21,7 +21,7 @@ import uuid
 from serve_app.hosting import HostedInstance, InstanceHost, InstanceLoad
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.keys import ModelKey
-from serve_app.logs import python_logging
+from serve_app.observability import python_logging
 from serve_app.placement import InstanceSpec
 from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.runtime import ModelInstance

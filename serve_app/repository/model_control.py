@@ -74,6 +74,7 @@ from serve_app.config import ENSEMBLE_PLATFORM, config_from_json, parse_config
 from serve_app.config.ensemble_deps import composing_models, ensemble_problems
 from serve_app.config.pbtxt import config_error
 from serve_app.errors import InternalError, InvalidArgument, InvalidConfig, ServeError, Unavailable, as_serve_error
+from serve_app.keys import ModelKey
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.code_upload import code_in_load, refusal
 from serve_app.repository.fingerprint import model_fingerprint
@@ -459,10 +460,10 @@ class ModelControl:
         return PollChanges(added=added, removed=removed, changed=sorted(changed))
 
     # -- what serves ---------------------------------------------------------------------------
-    def index(self, ready_only: bool, states: Mapping[tuple[str, int], tuple[str, str]]) -> list[IndexEntry]:
+    def index(self, ready_only: bool, states: Mapping[ModelKey, tuple[str, str]]) -> list[IndexEntry]:
         """Triton's repository index: every model directory, with its versions' states.
 
-        ``states`` ((model, version) -> (state, reason)) is what the caller
+        ``states`` (a version's :class:`ModelKey` -> (state, reason)) is what the caller
         knows of versions now (LOADING, READY, UNLOADING...); a model it says
         nothing about is listed from what was reported: serving versions READY,
         a failed load UNAVAILABLE with its reason (version ""), unloaded versions
@@ -474,8 +475,8 @@ class ModelControl:
 
         by_model: dict[str, list[tuple[int | None, str, str]]] = {}
         version: int | None  # None in a row for a model without a version
-        for (model, version), (state, reason) in states.items():
-            by_model.setdefault(model, []).append((version, state, reason))
+        for key, (state, reason) in states.items():
+            by_model.setdefault(key.name, []).append((key.version, state, reason))
         out: list[IndexEntry] = []
         for name in self._repo.model_names():
             rows = sorted(by_model.get(name, []), key=lambda row: (row[0] or 0, row[1], row[2]))

@@ -20,8 +20,8 @@ from serve_app.errors import InternalError, as_serve_error
 from serve_app.inference import custom_metrics
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
 from serve_app.inference.signature import ModelSignature
+from serve_app.observability import spans
 from serve_app.runtime.warmup import WarmupReport, warm_up
-from serve_app.telemetry import spans
 
 
 class ModelInstance:

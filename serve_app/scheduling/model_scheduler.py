@@ -36,14 +36,14 @@ from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, Execu
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor
+from serve_app.observability import spans
+from serve_app.observability.trace_settings import TraceLink
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.scheduling.dynamic_batcher import BatchingConfig, DynamicBatcher
 from serve_app.scheduling.priority_queue import CANCELLED_MESSAGE, TIMEOUT_MESSAGE, PriorityQueue, QueuedRequest
 from serve_app.scheduling.rate_limiter import Needs, RateLimiter
 from serve_app.scheduling.response_cache import ResponseCache, cache_key
 from serve_app.stats import ModelStats
-from serve_app.telemetry import spans
-from serve_app.tracing import TraceLink
 
 Dispatch = Callable[[list[Execution]], Awaitable[list[ExecutionResult]]]
 Outcome = InferResponse | ServeError

@@ -28,6 +28,8 @@ from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.inference.validate import validate_request
 from serve_app.keys import ModelKey, parse_version
 from serve_app.metrics_options import MetricsOptions
+from serve_app.observability import spans
+from serve_app.observability.diagnostics import Diagnostics
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.base import Scheduler
@@ -37,14 +39,12 @@ from serve_app.scheduling.model_scheduler import ModelScheduler
 from serve_app.scheduling.rate_limiter import RateLimiter
 from serve_app.scheduling.response_cache import ResponseCache
 from serve_app.sequence.scheduler import SequenceScheduler
-from serve_app.service.diagnostics import Diagnostics
 from serve_app.service.model_executor import ModelExecutor
 from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.shared_memory import SharedMemory
 from serve_app.stats import ModelStats
 from serve_app.stats.latency import Latencies
 from serve_app.stats.prometheus import ModelMetrics
-from serve_app.telemetry import spans
 
 # In the order Triton's server metadata lists them (core's InferenceServer constructor).
 EXTENSIONS: tuple[str, ...] = (

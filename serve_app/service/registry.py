@@ -179,7 +179,7 @@ class ModelRegistry:
     def plan(self, state: ServingState) -> RegistryChanges:
         """What serving ``state`` changes, without changing anything (``state`` must be newer)."""
         changes = RegistryChanges(state.revision, failed=dict(state.failed))
-        current = {(m.name, m.version): m for m in self.all_models()}
+        current = {m.key.version_key: m for m in self.all_models()}
         wanted = state.versions()
         for key, sv in wanted.items():
             old = current.get(key)
@@ -198,9 +198,9 @@ class ModelRegistry:
             model.state, model.reason = state, reason
         for model, _ in changes.added:
             self.add(model)
-        replaced = {(m.name, m.version) for m, _ in changes.added}
+        replaced = {m.key.version_key for m, _ in changes.added}
         for old in changes.retired:
-            if (old.name, old.version) not in replaced:
+            if old.key.version_key not in replaced:
                 self.remove(old.name, old.version)
         for name in self.names():
             if name not in changes.failed and self.failed(name) is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from serve_app.keys import ModelKey
+
 
 @dataclass(frozen=True, slots=True)
 class DeploymentRef:
@@ -34,6 +36,10 @@ class ServedVersion:
     state: str = "READY"
     reason: str = ""
 
+    @property
+    def key(self) -> ModelKey:
+        return ModelKey(self.name, self.version, self.generation)
+
 
 @dataclass(frozen=True, slots=True)
 class ServingState:
@@ -41,5 +47,6 @@ class ServingState:
     served: tuple[ServedVersion, ...] = ()
     failed: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (model, reason): nothing served
 
-    def versions(self) -> dict[tuple[str, int], ServedVersion]:
-        return {(v.name, v.version): v for v in self.served}
+    def versions(self) -> dict[ModelKey, ServedVersion]:
+        """The served versions by :attr:`ModelKey.version_key` (whichever load serves each)."""
+        return {v.key.version_key: v for v in self.served}

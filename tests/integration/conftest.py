@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
 from serve_app.inference.types import InferRequest, InferResponse
+from serve_app.keys import ModelKey
 from serve_app.local.host import LocalHost
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService
@@ -44,7 +45,7 @@ def repo_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def loaded(repo_dir: pathlib.Path) -> Iterator[tuple[InferenceService, dict[tuple[str, int], ModelInstance]]]:
+def loaded(repo_dir: pathlib.Path) -> Iterator[tuple[InferenceService, dict[ModelKey, ModelInstance]]]:
     host = local_service(repo_dir)
     yield host.service, host.instances
     host.close()
@@ -57,7 +58,7 @@ def service(loaded: tuple[InferenceService, dict]) -> InferenceService:
 
 
 @pytest.fixture(scope="session")
-def instances(loaded: tuple[InferenceService, dict]) -> dict[tuple[str, int], ModelInstance]:
+def instances(loaded: tuple[InferenceService, dict]) -> dict[ModelKey, ModelInstance]:
     """The in-process ModelInstance of each served (model, version), e.g. to patch a backend."""
     return loaded[1]
 

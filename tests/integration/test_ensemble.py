@@ -96,7 +96,7 @@ async def test_invalid_request_is_checked_against_the_ensemble(service: Inferenc
 
 
 async def test_step_error_names_the_ensemble(service: InferenceService, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = service.executor._instances[("add_sub", 1)].backend  # type: ignore[attr-defined]
+    backend = service.executor._instances[ModelKey("add_sub", 1)].backend  # type: ignore[attr-defined]
 
     def broken(inputs: dict, names: list) -> dict:  # type: ignore[type-arg]
         raise RuntimeError("step exploded")

@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import json_format, unknown_fields
 from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_grpc
 
+from serve_app.keys import ModelKey
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService
 from tests.support.repos import ADD_SUB, BROKEN, GENERATED, IDENTITY_BYTES, VERSIONED
@@ -223,12 +224,12 @@ async def test_error_codes(grpc_stub: Stub) -> None:
 
 
 async def test_backend_failure_is_internal(
-    grpc_stub: Stub, instances: dict[tuple[str, int], ModelInstance], monkeypatch: pytest.MonkeyPatch
+    grpc_stub: Stub, instances: dict[ModelKey, ModelInstance], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def explode(*_: Any) -> dict[str, np.ndarray]:
         raise RuntimeError("backend exploded")
 
-    monkeypatch.setattr(instances[(ADD_SUB, 1)].backend, "execute", explode)
+    monkeypatch.setattr(instances[ModelKey(ADD_SUB, 1)].backend, "execute", explode)
     a, b = operands()
     err = await rpc_error(grpc_stub.ModelInfer(add_sub_request(a, b)))
     assert (err.code(), err.details()) == (grpc.StatusCode.INTERNAL, "RuntimeError: backend exploded")
@@ -255,10 +256,10 @@ async def test_stream_opened_with_triton_grpc_error_ends_at_its_first_error(grpc
 
 
 async def test_stream_inband_errors_keep_stream_open(
-    grpc_stub: Stub, instances: dict[tuple[str, int], ModelInstance], monkeypatch: pytest.MonkeyPatch
+    grpc_stub: Stub, instances: dict[ModelKey, ModelInstance], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One response per request; validation and backend errors come in-band and the stream goes on."""
-    backend = instances[(ADD_SUB, 1)].backend
+    backend = instances[ModelKey(ADD_SUB, 1)].backend
     real_execute = backend.execute
 
     def poisoned(inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from serve_app.keys import ModelKey
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService, ModelState
 from tests.support.repos import ADD_SUB, BROKEN, GENERATED, IDENTITY_BYTES, IDENTITY_FP32, VERSIONED
@@ -364,12 +365,12 @@ def _missing_output(inputs: dict[str, np.ndarray], names: list[str]) -> dict[str
 )
 async def test_backend_failure_is_500_and_next_request_works(
     http: httpx.AsyncClient,
-    instances: dict[tuple[str, int], ModelInstance],
+    instances: dict[ModelKey, ModelInstance],
     monkeypatch: pytest.MonkeyPatch,
     execute: Any,
     message: str,
 ) -> None:
-    instance = instances[(ADD_SUB, 1)]
+    instance = instances[ModelKey(ADD_SUB, 1)]
     monkeypatch.setattr(instance.backend, "execute", execute)
     inputs, a, b = add_sub_inputs()
     r, _ = await infer(http, f"/v2/models/{ADD_SUB}/infer", inputs)

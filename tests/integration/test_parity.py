@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 
+from serve_app.keys import ModelKey
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService, ModelState
 from tests.support.repos import ADD_SUB, BROKEN, IDENTITY_BYTES, VERSIONED
@@ -53,7 +54,7 @@ class Case:
     inputs: tuple[Tensor, ...] = ()
     outputs: tuple[tuple[str, Params], ...] = ()
     parameters: Params = field(default_factory=dict)
-    setup: Callable[[InferenceService, dict[tuple[str, int], ModelInstance], pytest.MonkeyPatch], None] | None = None
+    setup: Callable[[InferenceService, dict[ModelKey, ModelInstance], pytest.MonkeyPatch], None] | None = None
 
 
 def fp32(name: str, shape: tuple[int, ...], datatype: str = "FP32", nbytes: int | None = None) -> Tensor:
@@ -69,11 +70,11 @@ def _loading(service: InferenceService, _: Any, mp: pytest.MonkeyPatch) -> None:
     mp.setattr(service.registry.resolve(VERSIONED, "3"), "state", ModelState.LOADING)
 
 
-def _explode(_: InferenceService, instances: dict[tuple[str, int], ModelInstance], mp: pytest.MonkeyPatch) -> None:
+def _explode(_: InferenceService, instances: dict[ModelKey, ModelInstance], mp: pytest.MonkeyPatch) -> None:
     def execute(*_: Any) -> dict[str, np.ndarray]:
         raise ValueError("engine fell over")
 
-    mp.setattr(instances[(ADD_SUB, 1)].backend, "execute", execute)
+    mp.setattr(instances[ModelKey(ADD_SUB, 1)].backend, "execute", execute)
 
 
 CASES = [
@@ -213,7 +214,7 @@ async def test_same_error_on_both_protocols(
     http: httpx.AsyncClient,
     grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub,
     service: InferenceService,
-    instances: dict[tuple[str, int], ModelInstance],
+    instances: dict[ModelKey, ModelInstance],
     monkeypatch: pytest.MonkeyPatch,
     case: Case,
 ) -> None:

@@ -19,12 +19,12 @@ from tritonclient.utils import InferenceServerException
 
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
-from serve_app.logs import LogSettings
-from serve_app.logs.python_logging import LOGGER, apply
+from serve_app.observability import spans
+from serve_app.observability.diagnostics import Diagnostics
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.python_logging import LOGGER, apply
+from serve_app.observability.trace_startup import TraceStartup
 from serve_app.service import InferenceService
-from serve_app.service.diagnostics import Diagnostics
-from serve_app.telemetry import spans
-from serve_app.tracing import TraceStartup
 from tests.integration.test_security_tls import EXPECTED, grpc_add_sub, http_add_sub, in_thread, running_uvicorn
 from tests.support.net import free_port
 from tests.support.otlp import OtlpReceiver, SpanRecord

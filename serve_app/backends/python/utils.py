@@ -27,7 +27,7 @@ from serve_app.errors import ErrorCode, ServeError, error_of
 from serve_app.inference import custom_metrics
 from serve_app.inference.custom_metrics import Labels
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
-from serve_app.logs.python_logging import LOGGER
+from serve_app.observability.python_logging import LOGGER
 
 __all__ = [
     "TRITONSERVER_MEMORY_CPU",

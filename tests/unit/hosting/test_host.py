@@ -143,8 +143,8 @@ async def test_log_settings_a_gateway_passes_on_apply_in_the_host(repo: pathlib.
     """/v2/logging changes reach the processes that host models with the next batch sent there."""
     import logging
 
-    from serve_app.logs import LogSettings
-    from serve_app.logs.python_logging import LOGGER, LevelGate, apply
+    from serve_app.observability.log_settings import LogSettings
+    from serve_app.observability.python_logging import LOGGER, LevelGate, apply
 
     host = InstanceHost("h1")
     load = load_of(repo, "add_sub")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from serve_app.errors import Unavailable
+from serve_app.keys import ModelKey
 from serve_app.local.host import LocalHost
 from serve_app.repository.api import IndexEntry
 from serve_app.service import ModelState
@@ -61,7 +62,7 @@ def test_a_model_whose_instance_fails_to_load_is_unavailable_and_the_others_serv
     assert (bad.version, bad.state) == ("", "UNAVAILABLE") and bad.reason
     with pytest.raises(Unavailable, match=r"^Request for unknown model: 'bad' has no available versions: "):
         host.service.model("bad")
-    assert list(host.instances) == [("good", 1)]
+    assert list(host.instances) == [ModelKey("good", 1)]
 
 
 def test_a_failing_warmup_fails_its_model_naming_the_sample(tmp_path: pathlib.Path, load_host: LoadHost) -> None:
@@ -70,7 +71,7 @@ def test_a_failing_warmup_fails_its_model_naming_the_sample(tmp_path: pathlib.Pa
     host = load_host(tmp_path)
     reason = entries(host)["cold"].reason
     assert "broken" in reason and "NOPE" in reason
-    assert host.service.model_ready("good") and list(host.instances) == [("good", 1)]
+    assert host.service.model_ready("good") and list(host.instances) == [ModelKey("good", 1)]
 
 
 def test_a_model_whose_config_is_invalid_is_listed_with_its_reason(tmp_path: pathlib.Path, load_host: LoadHost) -> None:
@@ -103,7 +104,7 @@ def test_an_ensemble_whose_step_is_missing_fails(tmp_path: pathlib.Path, load_ho
     assert entries(host)["orphan"] == IndexEntry(
         "orphan", "", "UNAVAILABLE", "ensemble_scheduling.step[0]: model 'missing' is not available"
     )
-    assert ("orphan", 1) not in host.instances and ("ens", 1) not in host.instances
+    assert ModelKey("orphan", 1) not in host.instances and ModelKey("ens", 1) not in host.instances
 
 
 def test_an_ensemble_whose_step_failed_to_load_is_not_ready(tmp_path: pathlib.Path, load_host: LoadHost) -> None:

@@ -370,7 +370,7 @@ async def test_refresh_adds_held_instances_and_asks_no_replica_of_its_own_deploy
 
 
 def test_a_gateway_tells_each_instance_process_of_log_settings_once() -> None:
-    from serve_app.logs import LogSettings
+    from serve_app.observability.log_settings import LogSettings
     from serve_app.rayserve.executor import _Target
 
     target = _Target("i")

@@ -16,6 +16,7 @@ import pytest
 
 from serve_app.autoscale import AutoscalingSpec
 from serve_app.errors import InvalidArgument
+from serve_app.keys import ModelKey
 from serve_app.placement import ClusterGpus
 from serve_app.rayserve.console import MODELS_LOGGER
 from serve_app.rayserve.model_apps import ModelApps, app_name, deployment_name, plan_model_apps
@@ -81,8 +82,8 @@ class Manager:
         self.run.append(sorted(apps))
         return {}
 
-    async def _instance_states(self, plan: ModelApps) -> dict[tuple[str, int], str]:
-        return {(sv.name, sv.version): self.bad[sv.name] for sv in plan.served if sv.name in self.bad}
+    async def _instance_states(self, plan: ModelApps) -> dict[ModelKey, str]:
+        return {sv.key.version_key: self.bad[sv.name] for sv in plan.served if sv.name in self.bad}
 
     async def _publish(self, stale: list[str], stale_groups: set[str] | None = None, unloading: bool = False) -> None:
         self.mgr._revision += 1
@@ -453,9 +454,9 @@ async def test_a_model_that_fails_is_deployed_again_up_to_the_retry_count(repo: 
     deploys = record_deploys(m)
     attempts = {"add_sub": 0}
 
-    async def flaky(plan: ModelApps) -> dict[tuple[str, int], str]:
+    async def flaky(plan: ModelApps) -> dict[ModelKey, str]:
         attempts["add_sub"] += 1
-        return {("add_sub", 1): "not yet"} if attempts["add_sub"] < 3 else {}
+        return {ModelKey("add_sub", 1): "not yet"} if attempts["add_sub"] < 3 else {}
 
     m.mgr._instance_states = flaky  # type: ignore[method-assign]
     assert await m.mgr._load_models(m.sources("add_sub", "ens")) == {}

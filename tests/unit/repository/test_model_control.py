@@ -22,6 +22,7 @@ from serve_app.errors import (
     ServeError,
     Unavailable,
 )
+from serve_app.keys import ModelKey
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import (
@@ -129,7 +130,7 @@ def touch(path: Path) -> None:
 
 
 def rows(
-    ctl: ModelControl, ready_only: bool = False, states: Mapping[tuple[str, int], tuple[str, str]] | None = None
+    ctl: ModelControl, ready_only: bool = False, states: Mapping[ModelKey, tuple[str, str]] | None = None
 ) -> list[tuple[str, str, str, str]]:
     return [(e.name, e.version, e.state, e.reason) for e in ctl.index(ready_only, states or {})]
 
@@ -561,7 +562,11 @@ def test_index_takes_states_from_the_manager(root: Path) -> None:
     ctl = control(root)
     load(ctl, "a")
     load(ctl, "other")
-    states = {("a", 1): ("READY", ""), ("a", 2): ("LOADING", ""), ("b", 1): ("UNLOADING", "going")}
+    states = {
+        ModelKey("a", 1): ("READY", ""),
+        ModelKey("a", 2): ("LOADING", ""),
+        ModelKey("b", 1): ("UNLOADING", "going"),
+    }
     assert rows(ctl, states=states) == [
         ("a", "1", "READY", ""),
         ("a", "2", "LOADING", ""),
@@ -570,7 +575,8 @@ def test_index_takes_states_from_the_manager(root: Path) -> None:
         ("other", "1", "READY", ""),  # nothing said about it: what was reported
     ]
     assert rows(ctl, ready_only=True, states=states) == [("a", "1", "READY", ""), ("other", "1", "READY", "")]
-    assert rows(ctl, states={("ghost", 1): ("READY", "")})[0] == ("a", "1", "READY", "")  # not a directory: unlisted
+    ghost = {ModelKey("ghost", 1): ("READY", "")}
+    assert rows(ctl, states=ghost)[0] == ("a", "1", "READY", "")  # not a directory: unlisted
 
 
 # -- poll -------------------------------------------------------------------------------------

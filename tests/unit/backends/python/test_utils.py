@@ -28,8 +28,8 @@ from serve_app.errors import (
     Unavailable,
     Unsupported,
 )
-from serve_app.logs import LogSettings
-from serve_app.logs.python_logging import LOGGER, apply
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.python_logging import LOGGER, apply
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 

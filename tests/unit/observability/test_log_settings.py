@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serve_app.errors import InvalidArgument, ServeError, Unavailable, Unsupported
-from serve_app.logs import LogSettings, parse_log_update
-from serve_app.logs.settings import NO_VALUE
+from serve_app.observability.log_settings import NO_VALUE, LogSettings, parse_log_update
 
 
 def test_changes() -> None:

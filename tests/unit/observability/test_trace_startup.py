@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from serve_app.errors import InvalidArgument
-from serve_app.tracing import DEFAULT_URL, ExportConfig, TraceLevel, TraceStartup
+from serve_app.observability.trace_settings import DEFAULT_URL, ExportConfig, TraceLevel
+from serve_app.observability.trace_startup import TraceStartup
 
 
 def test_defaults_are_tritons() -> None:

@@ -11,7 +11,14 @@ import re
 from collections.abc import Mapping, Sequence
 
 from serve_app.errors import InvalidArgument, Unsupported
-from serve_app.tracing.settings import MIN_TRACE_COUNT, MODE_TRITON, ExportConfig, NewSetting, TraceLevel, TraceSetting
+from serve_app.observability.trace_settings import (
+    MIN_TRACE_COUNT,
+    MODE_TRITON,
+    ExportConfig,
+    NewSetting,
+    TraceLevel,
+    TraceSetting,
+)
 
 TRACE_FILE_FIXED = "trace file location can not be updated through network protocol"
 UINT32_MAX = 2**32 - 1

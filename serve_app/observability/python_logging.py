@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from serve_app.logs.settings import LogSettings
+from serve_app.observability.log_settings import LogSettings
 
 LOGGER = "serve_app"
 # The server's start-up log settings, as the model processes it starts find them in their environment.

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from serve_app.logs import LogSettings
-from serve_app.logs.python_logging import LOGGER, TritonFormatter, apply
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.python_logging import LOGGER, TritonFormatter, apply
 
 
 class Records(logging.Handler):
@@ -60,7 +60,7 @@ def test_formats(records: Records) -> None:
 
 def test_model_processes_get_the_start_up_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """A model's replica finds the server's start-up log settings in its environment and applies them."""
-    from serve_app.logs import python_logging
+    from serve_app.observability import python_logging
 
     settings = LogSettings(log_info=False, log_verbose_level=2, log_format="ISO8601")
     for key, value in python_logging.to_env(settings).items():

@@ -10,80 +10,53 @@ children of the ensemble's span), and under each model span that ran a batch a
 
 The request's current span rides a context variable from the front end through the
 service and the schedulers (ensemble steps inherit it); to the instance it travels
-in the batch as a W3C ``traceparent`` (:class:`~serve_app.tracing.TraceLink`).
+in the batch as a W3C ``traceparent`` (:class:`~serve_app.observability.trace_settings.TraceLink`).
 Each process exports through one OTLP/HTTP exporter per export configuration, made
-on first use: a server that never traces starts none.
+on first use (:mod:`.otel_export`): a server that never traces starts none, and imports
+no OpenTelemetry module either, so that the schedulers, the instances and the front ends,
+which all ask for the current span, stay free of the SDK.
 """
 
 from __future__ import annotations
 
 import contextvars
-import os
-import threading
+import sys
 import time
 from collections.abc import Awaitable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from opentelemetry import trace as otel
-from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from serve_app.observability.trace_settings import ExportConfig, TraceLink
 
-from serve_app.tracing import ExportConfig, TraceLink
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span
 
 T = TypeVar("T")
 
-SERVICE_NAME = "triton-inference-server"  # Triton's resource service.name (a resource setting may change it)
 ROOT_SPAN = "InferRequest"
 COMPUTE_SPAN = "compute"
+_SDK = "serve_app.observability.otel_export"
 
-_propagator = TraceContextTextMapPropagator()
 _current: contextvars.ContextVar[ActiveSpan | None] = contextvars.ContextVar("serve_app_span", default=None)
-_providers: dict[ExportConfig, TracerProvider] = {}
-_lock = threading.Lock()
-
-
-def _tracer(export: ExportConfig) -> otel.Tracer:
-    provider = _providers.get(export)
-    if provider is None:
-        with _lock:
-            provider = _providers.get(export)
-            if provider is None:
-                provider = _providers[export] = _provider(export)
-    return provider.get_tracer("serve_app")
-
-
-def _provider(export: ExportConfig) -> TracerProvider:
-    url = export.url if "://" in export.url else "http://" + export.url
-    attributes: dict[str, str | int] = {"service.name": SERVICE_NAME, "process.pid": os.getpid()}
-    attributes.update(export.resource)
-    provider = TracerProvider(sampler=ALWAYS_ON, resource=Resource.create(attributes))
-    processor = BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=url),
-        max_queue_size=export.bsp_max_queue_size,
-        schedule_delay_millis=max(1, export.bsp_schedule_delay),
-        max_export_batch_size=export.bsp_max_export_batch_size,
-    )
-    provider.add_span_processor(processor)
-    return provider
 
 
 def flush(timeout_ms: int = 5000) -> None:
-    """Export what this process's exporters hold (at shutdown; tests)."""
-    for provider in list(_providers.values()):
-        provider.force_flush(timeout_ms)
+    """Export what this process's exporters hold (at shutdown; tests).  Nothing traced here: nothing to do,
+    and the SDK stays unloaded."""
+    if _SDK in sys.modules:
+        from serve_app.observability import otel_export
+
+        otel_export.flush(timeout_ms)
 
 
 def parent_context(traceparent: str | None) -> Context | None:
     """The client's trace context from a W3C ``traceparent`` value, or None (absent or malformed)."""
     if not traceparent:
         return None
-    context = _propagator.extract({"traceparent": traceparent})
-    return context if otel.get_current_span(context).get_span_context().is_valid else None
+    from serve_app.observability import otel_export
+
+    context = otel_export.extract(traceparent)
+    return context if otel_export.is_valid(context) else None
 
 
 class ActiveSpan:
@@ -91,7 +64,7 @@ class ActiveSpan:
 
     __slots__ = ("events", "export", "span")
 
-    def __init__(self, span: otel.Span, export: ExportConfig, events: bool) -> None:
+    def __init__(self, span: Span, export: ExportConfig, events: bool) -> None:
         self.span = span
         self.export = export
         self.events = events
@@ -103,22 +76,21 @@ class ActiveSpan:
 
     def model_span(self, model: str, version: int, request_id: str) -> ActiveSpan:
         """The span of one model's request (a child of this one), opened with REQUEST_START."""
+        from serve_app.observability import otel_export
+
         now = time.time_ns()
         attributes: dict[str, str | int] = {"triton.model_name": model, "triton.model_version": version}
         if request_id:
             attributes["triton.request_id"] = request_id
-        context = otel.set_span_in_context(self.span)
-        span = _tracer(self.export).start_span(
-            model, context=context, kind=otel.SpanKind.SERVER, attributes=attributes, start_time=now
-        )
+        span = otel_export.start_span(self.export, model, now, parent=self.span, attributes=attributes)
         child = ActiveSpan(span, self.export, self.events)
         child.event("REQUEST_START", now)
         return child
 
     def link(self) -> TraceLink:
-        carrier: dict[str, str] = {}
-        _propagator.inject(carrier, otel.set_span_in_context(self.span))
-        return TraceLink(carrier["traceparent"], self.export, self.events)
+        from serve_app.observability import otel_export
+
+        return TraceLink(otel_export.traceparent(self.span), self.export, self.events)
 
     def end(self, event: str | None = None) -> None:
         now = time.time_ns()
@@ -129,8 +101,9 @@ class ActiveSpan:
 
 def start_request(export: ExportConfig, events: bool, parent: Context | None, start_ns: int) -> ActiveSpan:
     """A traced request's ``InferRequest`` span (the client's span its parent, when it sent one)."""
-    span = _tracer(export).start_span(ROOT_SPAN, context=parent, kind=otel.SpanKind.SERVER, start_time=start_ns)
-    return ActiveSpan(span, export, events)
+    from serve_app.observability import otel_export
+
+    return ActiveSpan(otel_export.start_span(export, ROOT_SPAN, start_ns, parent=parent), export, events)
 
 
 def current() -> ActiveSpan | None:
@@ -154,14 +127,14 @@ def deactivate(token: contextvars.Token[ActiveSpan | None]) -> None:
 def record_compute(links: tuple[TraceLink, ...], start_ns: int, timings: Mapping[str, int]) -> None:
     """Where a traced batch ran: one ``compute`` span under each traced request's model span.
     ``timings``: the compute_input / compute_infer / compute_output nanoseconds of the execution."""
+    from serve_app.observability import otel_export
+
     input_end = start_ns + timings.get("input", 0)
     output_start = input_end + timings.get("infer", 0)
     end = output_start + timings.get("output", 0)
     for link in links:
-        parent = _propagator.extract({"traceparent": link.traceparent})
-        span = _tracer(link.export).start_span(
-            COMPUTE_SPAN, context=parent, kind=otel.SpanKind.SERVER, start_time=start_ns
-        )
+        parent = otel_export.extract(link.traceparent)
+        span = otel_export.start_span(link.export, COMPUTE_SPAN, start_ns, parent=parent)
         if link.events:
             for name, ns in (
                 ("COMPUTE_START", start_ns),

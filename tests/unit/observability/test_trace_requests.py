@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from serve_app.errors import InvalidArgument, ServeError, Unsupported
-from serve_app.tracing import ExportConfig, NewSetting, TraceLevel, TraceSetting
-from serve_app.tracing.requests import parse_trace_update, render_setting
+from serve_app.observability.trace_requests import parse_trace_update, render_setting
+from serve_app.observability.trace_settings import ExportConfig, NewSetting, TraceLevel, TraceSetting
 
 
 def test_values_become_an_update() -> None:

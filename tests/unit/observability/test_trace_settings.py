@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serve_app.errors import InvalidArgument
-from serve_app.tracing import NewSetting, TraceLevel, TraceSetting, TraceSettingsStore
+from serve_app.observability.trace_settings import NewSetting, TraceLevel, TraceSetting, TraceSettingsStore
 
 TS = TraceLevel.TIMESTAMPS
 

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from serve_app.errors import InvalidArgument
-from serve_app.logs import LogSettings, parse_log_update, python_logging
-from serve_app.telemetry import spans
-from serve_app.tracing import NewSetting, TraceLevel, TraceSettingsStore, TraceStartup
-from serve_app.tracing.requests import TraceValues, parse_trace_update, render_setting
+from serve_app.observability import python_logging, spans
+from serve_app.observability.log_settings import LogSettings, parse_log_update
+from serve_app.observability.trace_requests import TraceValues, parse_trace_update, render_setting
+from serve_app.observability.trace_settings import NewSetting, TraceLevel, TraceSettingsStore
+from serve_app.observability.trace_startup import TraceStartup
 
 TraceAnswer = list[tuple[str, list[str]]]
 

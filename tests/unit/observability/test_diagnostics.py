@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from serve_app.errors import InvalidArgument
-from serve_app.logs import LogSettings
-from serve_app.service.diagnostics import Diagnostics, DiagnosticsLog
-from serve_app.tracing import NewSetting, TraceLevel, TraceStartup
+from serve_app.observability.diagnostics import Diagnostics, DiagnosticsLog
+from serve_app.observability.log_settings import LogSettings
+from serve_app.observability.trace_settings import NewSetting, TraceLevel
+from serve_app.observability.trace_startup import TraceStartup
 
 
 class Recorder:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from serve_app.errors import InvalidArgument
-from serve_app.tracing.settings import (
+from serve_app.observability.trace_settings import (
     DEFAULT_URL,
     MODE_OPENTELEMETRY,
     MODE_TRITON,
