@@ -1,7 +1,8 @@
 """docs/architecture.md names modules and packages; each one it names must exist, so the page cannot drift
 from the code unnoticed.  A name in backticks that looks like a path (``hosting/instance.py``,
 ``scheduling/``) is looked up under serve_app/ (a bare file name anywhere in it), a dotted
-``serve_app.x.y`` as a module or package, and a ``CamelCase`` name as a class (or a method, such as a gRPC handler) defined in serve_app."""
+``serve_app.x.y`` as a module or package, and a ``CamelCase`` name as a class (or a method, such as a gRPC
+handler) defined in serve_app."""
 
 from __future__ import annotations
 
