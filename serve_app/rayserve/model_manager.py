@@ -16,6 +16,7 @@ one, then deletes it: requests under load keep succeeding throughout.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -517,17 +518,27 @@ class ModelManager:
 def _unplaced(app: Any) -> str:
     """Why Ray has not placed an application's replicas, from Serve's own account (its deployments' status
     messages name what each replica asks and what the cluster has available); "" when none is waiting for
-    resources (it may just be slow to start)."""
+    resources (it may just be slow to start).  Serve says "not scheduled" of a replica whose worker process
+    is still starting too (a busy machine): one whose ask the cluster has available is waited for."""
     for deployment in getattr(app, "deployments", {}).values():
         message = str(getattr(deployment, "message", ""))
         match = _UNSCHEDULED.search(message)
-        if match:
+        if match and not _fits(match["required"], match["available"]):
             return (
                 f"Ray could not place its instances: each asks for {match['required']}, and the cluster has "
                 f"{match['available']} available (more nodes, or smaller instance_group / --instance-cpus asks, "
                 "would let it load)"
             )
     return ""
+
+
+def _fits(required: str, available: str) -> bool:
+    """Whether the cluster has each resource of a replica's ask (Serve's JSON objects); False when unreadable."""
+    try:
+        ask, free = json.loads(required), json.loads(available)
+        return all(float(free.get(k, 0.0)) >= float(v) for k, v in ask.items())
+    except (ValueError, TypeError, AttributeError):
+        return False
 
 
 def _versions(served: list[ServedVersion]) -> list[tuple[int, str, str]]:

@@ -28,3 +28,13 @@ def test_replicas_slow_to_initialize_are_not_unplaced() -> None:
     slow = "Deployment 'm' has 1 replicas that have taken more than 30s to initialize.\nThis may be caused by ..."
     assert _unplaced(app(slow)) == ""
     assert _unplaced(app()) == ""
+
+
+def test_replicas_whose_ask_the_cluster_has_are_waited_for() -> None:
+    """On a busy machine Serve reports a replica whose worker process is still starting as not scheduled."""
+    busy = SERVE_MESSAGE.replace('{"CPU": 64.0}', '{"CPU": 0.01}')
+    assert _unplaced(app(busy)) == ""
+    missing = SERVE_MESSAGE.replace('{"CPU": 64.0}', '{"CPU": 0.01, "GPU": 1.0}')
+    assert _unplaced(app(missing)).startswith('Ray could not place its instances: each asks for {"CPU": 0.01, "GPU"')
+    unreadable = SERVE_MESSAGE.replace('{"CPU": 64.0}', "{CPU: 1}")
+    assert _unplaced(app(unreadable)).startswith("Ray could not place its instances")
