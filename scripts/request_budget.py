@@ -30,7 +30,7 @@ import numpy as np
 from scripts.bench import start_server, stop_server
 from tests.support.net import free_port
 
-MODEL_PY = '''import numpy as np
+MODEL_PY = """import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -45,7 +45,7 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT1", (a - b).astype(np.float32)),
             ]))
         return responses
-'''
+"""
 CONFIG = """name: "py_add_sub"
 backend: "python"
 max_batch_size: 8

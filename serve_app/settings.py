@@ -365,6 +365,7 @@ class ServerSettings:
                 )
             pools[int(gpu)] = int(size)
         return pools
+
     def metrics_options(self) -> MetricsOptions:
         """Which latency metrics the metrics port shows (``metrics_config`` parsed as Triton's --metrics-config)."""
         return MetricsOptions.parse(self.metrics_config)
