@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serve_app.errors import ServeError
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.custom_metrics import Snapshot
 from serve_app.inference.types import ParamValue
 from serve_app.tracing import TraceLink
@@ -40,6 +41,7 @@ class RequestPart:
     flags: int = 0  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) | _END (2)
     timeout_us: int = 0
     inputs: dict[str, np.ndarray] | None = None  # its own tensors (None: its rows of the execution's inputs)
+    cancel: CancelSignal | None = field(default=None, compare=False)  # fired: the model sees it cancelled
 
 
 @dataclass(slots=True)

@@ -5,7 +5,9 @@ it has answered (its responses then come from threads of its own); each
 response crosses to the event loop through a queue, and the stream ends once
 every request of the execution has had its final response.  Closing the
 stream early (its client went away) marks the requests still open as
-cancelled, which the model reads through ``is_cancelled()``.
+cancelled, which the model reads through ``is_cancelled()``; so does a
+request's own cancel signal (``RequestPart.cancel``), which leaves its
+responses flowing until the model's final one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ async def stream_execution(
 
     started = time.perf_counter_ns()
     # ``execute`` may answer from its own thread before it returns: responses are read while it runs.
+    stops = [
+        part.cancel.listen(functools.partial(cancelled.add, index))
+        for index, part in enumerate(execution.parts)
+        if part.cancel is not None
+    ]
     run = loop.run_in_executor(thread, instance.stream, execution, emit, cancelled.__contains__)
     run.add_done_callback(functools.partial(_failed_run, emit, len(open_parts)))
     try:
@@ -50,6 +57,8 @@ async def stream_execution(
                 part.custom_metrics = custom_metrics.REGISTRY.snapshot()  # what the model counted, to the gateway
             yield index, part
     finally:
+        for stop in stops:
+            stop()
         cancelled.update(open_parts)
 
 
