@@ -26,6 +26,9 @@ from serve_app.inference.types import ParamValue
 from serve_app.tracing import TraceLink
 
 CorrelationId = int | str
+# The request index of the item a decoupled execution's stream yields once the model's ``execute`` has
+# returned (its responses may go on from threads): from then on, the instance takes the next batch.
+EXECUTED = -1
 FLAG_START, FLAG_END = 1, 2  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 
 
