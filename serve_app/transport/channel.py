@@ -160,8 +160,9 @@ def cancel_signals(payload: Any) -> tuple[CancelSignal | None, ...]:
 
 
 def _soon(loop: asyncio.AbstractEventLoop, call: Callable[[int, int], None], call_id: int, n: int) -> None:
-    """``call(call_id, n)`` on ``loop`` (a signal may fire in any thread)."""
-    loop.call_soon_threadsafe(call, call_id, n)
+    """``call(call_id, n)`` on ``loop`` (a signal may fire in any thread, even once the loop is gone)."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(call, call_id, n)
 
 
 def _fire(signals: tuple[CancelSignal | None, ...], index: Any) -> None:
