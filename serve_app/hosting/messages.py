@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.execution import Execution
 from serve_app.keys import ModelKey
 from serve_app.observability.log_settings import LogSettings
@@ -50,3 +51,7 @@ class StreamOn:
     instance: str
     execution: Execution
     logs: LogSettings | None = None  # as ExecuteOn's
+
+    def cancel_signals(self) -> tuple[CancelSignal | None, ...]:
+        """Its requests' cancel signals, which the channel forwards (by request index)."""
+        return tuple(part.cancel for part in self.execution.parts)

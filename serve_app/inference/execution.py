@@ -20,11 +20,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serve_app.errors import ServeError
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.custom_metrics import Snapshot
 from serve_app.inference.types import ParamValue
 from serve_app.observability.trace_settings import TraceLink
 
 CorrelationId = int | str
+# The request index of the item a decoupled execution's stream yields once the model's ``execute`` has
+# returned (its responses may go on from threads): from then on, the instance takes the next batch.
+EXECUTED = -1
 FLAG_START, FLAG_END = 1, 2  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 
 
@@ -40,6 +44,7 @@ class RequestPart:
     flags: int = 0  # Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) | _END (2)
     timeout_us: int = 0
     inputs: dict[str, np.ndarray] | None = None  # its own tensors (None: its rows of the execution's inputs)
+    cancel: CancelSignal | None = field(default=None, compare=False)  # fired: the model sees it cancelled
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serve_app.errors import ServeError
+from serve_app.inference.cancel import CancelSignal
 
 ParamValue = bool | int | float | str
 
@@ -45,6 +46,8 @@ class InferRequest:
     inputs: list[InferTensor] = field(default_factory=list)
     outputs: list[RequestedOutput] = field(default_factory=list)  # empty = all
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    # Fired to cancel the request while its responses keep coming (a BLS ``ResponseIterator.cancel()``).
+    cancel: CancelSignal | None = field(default=None, compare=False, repr=False)
 
     def input(self, name: str) -> InferTensor | None:
         for t in self.inputs:

@@ -3,9 +3,13 @@
 The model's ``execute`` runs on the instance's thread and may return before
 it has answered (its responses then come from threads of its own); each
 response crosses to the event loop through a queue, and the stream ends once
-every request of the execution has had its final response.  Closing the
+every request of the execution has had its final response.  When ``execute``
+returns before that, the stream says so (an item with index ``EXECUTED``), so
+a batcher may send the instance its next batch, as Triton does.  Closing the
 stream early (its client went away) marks the requests still open as
-cancelled, which the model reads through ``is_cancelled()``.
+cancelled, which the model reads through ``is_cancelled()``; so does a
+request's own cancel signal (``RequestPart.cancel``), which leaves its
+responses flowing until the model's final one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from concurrent.futures import Executor
 
 from serve_app.errors import as_serve_error
 from serve_app.inference import custom_metrics
-from serve_app.inference.execution import Execution, PartResult
+from serve_app.inference.execution import EXECUTED, Execution, PartResult
 from serve_app.runtime.instance import ModelInstance
 
 
@@ -37,11 +41,20 @@ async def stream_execution(
 
     started = time.perf_counter_ns()
     # ``execute`` may answer from its own thread before it returns: responses are read while it runs.
+    stops = [
+        part.cancel.listen(functools.partial(cancelled.add, index))
+        for index, part in enumerate(execution.parts)
+        if part.cancel is not None
+    ]
     run = loop.run_in_executor(thread, instance.stream, execution, emit, cancelled.__contains__)
     run.add_done_callback(functools.partial(_failed_run, emit, len(open_parts)))
+    run.add_done_callback(lambda _: emit(EXECUTED, PartResult(final=False, empty=True)))
     try:
         while open_parts:
             index, part = await queue.get()
+            if index == EXECUTED:
+                yield index, part
+                continue
             if index not in open_parts:
                 continue  # after its final (a failure reported twice)
             if part.final:
@@ -50,6 +63,8 @@ async def stream_execution(
                 part.custom_metrics = custom_metrics.REGISTRY.snapshot()  # what the model counted, to the gateway
             yield index, part
     finally:
+        for stop in stops:
+            stop()
         cancelled.update(open_parts)
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 
 from serve_app.errors import ServeError, Unavailable, Unsupported, as_serve_error
-from serve_app.inference.execution import Execution, PartResult
+from serve_app.inference.execution import EXECUTED, Execution, PartResult
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
@@ -68,7 +68,7 @@ class DecoupledScheduler:
             async with contextlib.aclosing(self._stream(execution)) as responses:
                 while not finished:
                     try:
-                        _, answer = await asyncio.wait_for(anext(responses), self._timeout)
+                        index, answer = await asyncio.wait_for(anext(responses), self._timeout)
                     except StopAsyncIteration:
                         raise Unavailable(f"model '{sig.name}' ended a request without its final response") from None
                     except asyncio.TimeoutError:
@@ -76,22 +76,15 @@ class DecoupledScheduler:
                             f"model '{sig.name}' sent no response for {self._timeout:g}s and has not finished the "
                             "request (its final flag)"
                         ) from None
+                    if index == EXECUTED:
+                        continue  # the model's ``execute`` returned: nothing to tell the client
                     finished = answer.final
                     if not responded and not answer.empty:
                         responded = True
                         self.stats.record_first_response(self._clock() - arrival_ns)
                     if finished:
                         self._count(answer, arrival_ns, dispatch_ns)
-                    if answer.error is not None:
-                        yield StreamItem(error=answer.error, final=finished)
-                    elif answer.empty:
-                        yield StreamItem(final=True)
-                    else:
-                        response = InferResponse(
-                            sig.name, sig.version, request.id, part_outputs(answer, request, self._all_outputs)
-                        )
-                        response.parameters.update(answer.parameters)
-                        yield StreamItem(response, final=finished)
+                    yield stream_item(answer, request, sig, self._all_outputs)
         except (ServeError, OSError) as exc:
             if not finished:
                 error = as_serve_error(exc)
@@ -118,3 +111,16 @@ class DecoupledScheduler:
 
     def drained(self) -> bool:
         return self.inflight == 0
+
+
+def stream_item(
+    answer: PartResult, request: InferRequest, sig: ModelSignature, all_outputs: tuple[str, ...]
+) -> StreamItem:
+    """One of the model's responses to ``request`` as its client gets it."""
+    if answer.error is not None:
+        return StreamItem(error=answer.error, final=answer.final)
+    if answer.empty:
+        return StreamItem(final=True)  # the final flag alone
+    response = InferResponse(sig.name, sig.version, request.id, part_outputs(answer, request, all_outputs))
+    response.parameters.update(answer.parameters)
+    return StreamItem(response, final=answer.final)

@@ -402,6 +402,7 @@ def request_part(request: InferRequest, options: RequestOptions) -> RequestPart:
         bits,
         options.timeout_us,
         {t.name: t.data for t in request.inputs},
+        request.cancel,
     )
 
 

@@ -33,6 +33,7 @@ from serve_app.observability.diagnostics import Diagnostics
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository.api import IndexEntry, LoadParameters, RepositoryControl
 from serve_app.scheduling.base import Scheduler
+from serve_app.scheduling.decoupled_batcher import BatchedDecoupledScheduler, batches_decoupled
 from serve_app.scheduling.decoupled_scheduler import DecoupledScheduler
 from serve_app.scheduling.ensemble_scheduler import EnsembleScheduler
 from serve_app.scheduling.model_scheduler import ModelScheduler
@@ -261,7 +262,7 @@ class InferenceService:
         options = RequestOptions.parse(request, model.signature, batch_size=batch_size, sequence_model=False)
         request.model_version = str(model.version)
         scheduler = self.scheduler(model)
-        assert isinstance(scheduler, (DecoupledScheduler, EnsembleScheduler))
+        assert isinstance(scheduler, (DecoupledScheduler, BatchedDecoupledScheduler, EnsembleScheduler))
         async with contextlib.aclosing(scheduler.submit_stream(request, options, arrival)) as items:
             async for item in items:
                 yield item
@@ -321,6 +322,15 @@ class InferenceService:
             sched = EnsembleScheduler(model.config, model.signature, self._step_stream)
         elif model.is_sequence:
             sched = SequenceScheduler(model.config, model.signature, self.executor.sequence_port(model.key))
+        elif model.is_decoupled and batches_decoupled(model.config):
+            sched = BatchedDecoupledScheduler(
+                model.config,
+                model.signature,
+                functools.partial(self._stream, model.key),
+                capacity=self.executor.capacity(model.key),
+                response_timeout_s=response_timeout_s(model.config),
+                max_queued=self.max_queued,
+            )
         elif model.is_decoupled:
             sched = DecoupledScheduler(
                 model.signature,
@@ -361,7 +371,7 @@ class InferenceService:
     def set_capacity(self, key: ModelKey, capacity: int) -> None:
         """The version's instance count changed (autoscaling): its batcher may keep that many calls in flight."""
         for model in self.registry.versions(key.name):
-            if model.key == key and isinstance(model.scheduler, ModelScheduler):
+            if model.key == key and isinstance(model.scheduler, (ModelScheduler, BatchedDecoupledScheduler)):
                 model.scheduler.capacity = max(1, capacity)
 
     # -- statistics ----------------------------------------------------------

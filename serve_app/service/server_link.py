@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from serve_app.errors import InternalError, NotFound, ServeError
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.repository.api import LoadParameters
 from serve_app.service.inference_service import InferenceService
@@ -35,6 +36,10 @@ class BlsStream:
     """A BLS request to a decoupled model sent to a gateway over a direct channel (its responses stream back)."""
 
     request: InferRequest
+
+    def cancel_signals(self) -> tuple[CancelSignal | None, ...]:
+        """The request's cancel signal, which the channel forwards (``ResponseIterator.cancel()``)."""
+        return (self.request.cancel,)
 
 
 def bls_error(model: str, detail: str) -> str:

@@ -15,8 +15,12 @@ come back in any order.  A handler that returns an async iterator answers a
 *stream* (:meth:`ChannelClient.stream`): one ``(call_id, ITEM, item)`` frame per
 item as it is produced (the writer's buffer applies back-pressure), then the
 usual final answer; a client that stops reading sends ``(CANCEL, call_id)`` and
-the server stops the iterator.  One-way messages (``call_id`` -1, :meth:`ChannelClient.post`)
-get no answer: the server hands them to its synchronous ``oneway`` handler.
+the server stops the iterator.  A stream's payload may carry cancel signals
+(a ``cancel_signals()`` method, see :mod:`~serve_app.inference.cancel`): when
+the client's n-th fires, it sends ``(CANCEL_PART, (call_id, n))`` and the server
+fires the n-th of its copy of the payload, leaving the stream running.
+One-way messages (``call_id`` -1, :meth:`ChannelClient.post`) get no answer:
+the server hands them to its synchronous ``oneway`` handler.
 
 A connection starts with :mod:`~serve_app.transport.handshake`: both ends prove
 they hold the shared key (no secret crosses the wire) before a frame is sent or
@@ -41,6 +45,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from serve_app.errors import ResourceExhausted, Unavailable, as_serve_error
+from serve_app.inference.cancel import CancelSignal
 from serve_app.transport import handshake
 from serve_app.transport.tls import ChannelTls, process_tls
 
@@ -98,6 +103,7 @@ Handler = Callable[[Any], Awaitable[Any]]
 OneWay = Callable[[Any], None]
 ONE_WAY = -1
 CANCEL = -2  # (CANCEL, call_id): the client no longer reads that stream
+CANCEL_PART = -3  # (CANCEL_PART, (call_id, n)): fire the n-th cancel signal of that stream's payload
 ITEM = 2  # the ``ok`` slot of a frame that carries one item of a stream
 _DRAIN_BYTES = 1 << 20  # a stream waits for the socket when this much is buffered
 CLOSED = "the channel to the peer is closed"
@@ -143,8 +149,27 @@ class ChannelBroken(Unavailable):
     no address (clients read it in a 503); whoever knows the model and instance says which it was."""
 
 
-def _forget(calls: dict[int, asyncio.Task[None]], call_id: int, _: asyncio.Task[None]) -> None:
+def _forget(calls: dict[int, Any], call_id: int, _: asyncio.Task[None]) -> None:
     calls.pop(call_id, None)
+
+
+def cancel_signals(payload: Any) -> tuple[CancelSignal | None, ...]:
+    """The cancel signals a stream's payload carries (none by default)."""
+    method = getattr(payload, "cancel_signals", None)
+    return tuple(method()) if method is not None else ()
+
+
+def _soon(loop: asyncio.AbstractEventLoop, call: Callable[[int, int], None], call_id: int, n: int) -> None:
+    """``call(call_id, n)`` on ``loop`` (a signal may fire in any thread, even once the loop is gone)."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(call, call_id, n)
+
+
+def _fire(signals: tuple[CancelSignal | None, ...], index: Any) -> None:
+    if isinstance(index, int) and 0 <= index < len(signals):
+        signal = signals[index]
+        if signal is not None:
+            signal.fire()
 
 
 class ChannelServer:
@@ -189,6 +214,7 @@ class ChannelServer:
                 self.unauthenticated -= 1
             outbox = _Outbox(writer)
             streams: dict[int, asyncio.Task[None]] = {}  # this connection's calls in progress, by id
+            signals: dict[int, tuple[CancelSignal | None, ...]] = {}  # their payloads' cancel signals
             while True:
                 call_id, payload = await read_message(reader)
                 if call_id == ONE_WAY:
@@ -199,8 +225,14 @@ class ChannelServer:
                     if running is not None:
                         running.cancel()
                     continue
+                if call_id == CANCEL_PART:
+                    _fire(signals.get(payload[0], ()), payload[1])
+                    continue
                 task = asyncio.get_running_loop().create_task(self._call(call_id, payload, outbox))
                 streams[call_id] = task
+                if cancel_signals(payload):
+                    signals[call_id] = cancel_signals(payload)
+                    task.add_done_callback(functools.partial(_forget, signals, call_id))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 task.add_done_callback(functools.partial(_forget, streams, call_id))
@@ -325,6 +357,12 @@ class ChannelClient:
         self._streams[call_id] = queue
         self.inflight += 1
         ended = False
+        loop = asyncio.get_running_loop()
+        stops = [
+            signal.listen(functools.partial(_soon, loop, self._cancel_part, call_id, n))
+            for n, signal in enumerate(cancel_signals(payload))
+            if signal is not None
+        ]
         try:
             self._outbox.put(encode((call_id, payload)))
             while True:
@@ -337,10 +375,17 @@ class ChannelClient:
                     raise value
                 return
         finally:
+            for stop in stops:
+                stop()
             self.inflight -= 1
             self._streams.pop(call_id, None)
             if not ended and not self.closed:
                 self._outbox.put(encode((CANCEL, call_id)))
+
+    def _cancel_part(self, call_id: int, n: int) -> None:
+        """Tell the server to fire the n-th cancel signal of a stream still open."""
+        if call_id in self._streams and not self.closed:
+            self._outbox.put(encode((CANCEL_PART, (call_id, n))))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         reason = "connection closed"

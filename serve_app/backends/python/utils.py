@@ -10,7 +10,6 @@ Requests to other models (BLS) and model control go through the server (see ``co
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import queue
@@ -25,6 +24,7 @@ from serve_app.backends.python.context import current
 from serve_app.backends.python.model_config import ModelConfig
 from serve_app.errors import ErrorCode, ServeError, error_of
 from serve_app.inference import custom_metrics
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.custom_metrics import Labels
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from serve_app.observability.python_logging import LOGGER
@@ -392,7 +392,9 @@ class InferenceResponseSender:
 
 # -- requests -----------------------------------------------------------------------------------------
 class ResponseIterator:
-    """The responses of a decoupled BLS request, as they come (``cancel()`` stops them)."""
+    """The responses of a decoupled BLS request, as they come.  ``cancel()`` cancels the request (the called
+    model's ``is_cancelled()`` turns true) and iteration goes on until the model's final response, as in
+    Triton, where that is usually a CANCELLED error; after the final response it does nothing."""
 
     _END = object()
 
@@ -414,7 +416,8 @@ class ResponseIterator:
         return item  # type: ignore[no-any-return]
 
     def cancel(self) -> None:
-        self._cancel()
+        if not self._done:
+            self._cancel()
 
 
 class InferenceRequest:
@@ -533,8 +536,9 @@ class InferenceRequest:
 
     def _stream(self, ctx: Any, request: InferRequest) -> ResponseIterator:
         responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        future = asyncio.run_coroutine_threadsafe(_bls_stream(ctx, request, responses), ctx.event_loop())
-        return ResponseIterator(responses, functools.partial(_cancel, future))
+        request.cancel = CancelSignal()
+        asyncio.run_coroutine_threadsafe(_bls_stream(ctx, request, responses), ctx.event_loop())
+        return ResponseIterator(responses, request.cancel.fire)
 
     def _to_infer_request(self) -> InferRequest:
         if not self._model_name:
@@ -604,10 +608,6 @@ def _writable(array: np.ndarray) -> np.ndarray:
     """An input as Triton's stub hands it over: a writable array of the model's own (models write into
     their inputs, and DLPack exports only writable memory).  A read-only one is copied."""
     return array if array.flags.writeable else array.copy()
-
-
-def _cancel(future: Any) -> None:
-    future.cancel()
 
 
 def _bls_context() -> Any:

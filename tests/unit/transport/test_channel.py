@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import numpy as np
 import pytest
 
 from serve_app.errors import ResourceExhausted, Unavailable
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.transport import ChannelClient, ChannelServer, channel, handshake
 from serve_app.transport.channel import encode, read_message
@@ -345,5 +347,47 @@ async def test_a_call_over_the_limit_fails_alone(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ResourceExhausted):
         await client.call(b"x" * 8192)
     assert await client.call(b"small") == b"small" and not client.closed
+    client.close()
+    server.close()
+
+
+class _Cancellable:
+    """A stream payload with cancel signals (as a decoupled execution's requests have)."""
+
+    def __init__(self, count: int) -> None:
+        self.signals = tuple(CancelSignal() for _ in range(count))
+
+    def cancel_signals(self) -> tuple[CancelSignal, ...]:
+        return self.signals
+
+
+async def test_a_payloads_cancel_signal_reaches_the_server_and_the_stream_goes_on() -> None:
+    fired: asyncio.Queue[int] = asyncio.Queue()
+
+    async def handler(payload: Any) -> Any:
+        if not isinstance(payload, _Cancellable):
+            return payload
+        for n, signal in enumerate(payload.signals):
+            signal.listen(functools.partial(fired.put_nowait, n))
+
+        async def items() -> Any:
+            yield "first"
+            yield f"cancelled {await fired.get()}"  # the stream answers after the cancel, as a model does
+            yield "final"
+
+        return items()
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    payload = _Cancellable(2)
+    got = []
+    async for item in client.stream(payload):
+        got.append(item)
+        if item == "first":
+            payload.signals[1].fire()  # from the caller's side: only the second request
+    assert got == ["first", "cancelled 1", "final"] and fired.empty()
+    payload.signals[0].fire()  # after the stream ended: nothing is sent, nothing fails
+    assert await client.call("still up") == "still up"
     client.close()
     server.close()

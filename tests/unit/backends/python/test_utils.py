@@ -7,9 +7,12 @@ response sender's rules, requests (received and built for BLS) and the logger.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +31,7 @@ from serve_app.errors import (
     Unavailable,
     Unsupported,
 )
+from serve_app.inference.types import InferRequest, InferResponse, InferTensor, StreamItem
 from serve_app.observability.log_settings import LogSettings
 from serve_app.observability.python_logging import LOGGER, apply
 
@@ -429,6 +433,51 @@ def test_bls_without_a_server_link_answers_with_an_error_response() -> None:
     assert response.has_error()
     assert "BLS is not available" in response.error().message()
     assert len(responses) == 1 and responses[0].has_error()
+
+
+class _CancellableLink:
+    """A server link whose decoupled model answers until its request is cancelled, then with a CANCELLED
+    error as its final response (as Triton's ``response_sender_until_cancelled`` QA model does)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        assert request.cancel is not None
+        cancelled = asyncio.Event()
+        request.cancel.listen(functools.partial(self.loop.call_soon_threadsafe, cancelled.set))
+        while not cancelled.is_set():
+            yield StreamItem(InferResponse("counter", "1", outputs=[InferTensor("OUT", "INT32", (1,), np.ones(1))]))
+            await asyncio.sleep(0.001)
+        yield StreamItem(error=Cancelled("request has been cancelled"), final=True)
+
+
+def test_a_cancelled_bls_iterator_goes_on_to_the_called_models_final_response() -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    ctx = ModelContext("m", "/models/m/1", "m_0_0", link=_CancellableLink(loop), loop=loop, in_execute=True)
+    token = CURRENT.set(ctx)
+    try:
+        request = pb_utils.InferenceRequest(
+            inputs=[pb_utils.Tensor("x", np.zeros(1))], requested_output_names=["OUT"], model_name="counter"
+        )
+        stream = request.exec(decoupled=True)
+        total, errors = 0, []
+        for response in stream:
+            if response.has_error():
+                errors.append((response.error().code(), response.error().message()))
+                continue
+            total += 1
+            if total == 3:
+                stream.cancel()
+        stream.cancel()  # after the final response: nothing happens, as in Triton
+    finally:
+        CURRENT.reset(token)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    assert total >= 3
+    assert errors == [(pb_utils.TritonError.CANCELLED, "request has been cancelled")]
 
 
 # -- helpers -----------------------------------------------------------------------------------------
