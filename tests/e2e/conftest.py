@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from scripts import example_models, python_models
 from tests.e2e import cancel_models, control_models, ensemble_models, sequence_models, torchscript_models, warmup_models
 from tests.e2e.models import identity_all, slow_identity
-from tests.support import example_models, python_models
 from tests.support.net import free_port
 
 STARTUP_TIMEOUT_S = 240

@@ -13,9 +13,10 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from scripts import example_models
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.models import slow_identity
-from tests.support import example_models, faults as fi, soak as soak_lib
+from tests.support import faults as fi, soak as soak_lib
 
 # The fault tests kill one instance's process: each instance of these models gets its own.
 DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from scripts import example_models
 from tests.e2e.conftest import start_server
 from tests.e2e.models import slow_identity
-from tests.support import example_models
 
 SLOW = "drain_slow"
 
