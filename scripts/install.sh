@@ -17,6 +17,7 @@ fi
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 extras=$(IFS=,; echo "$*")
 if [[ ",$extras," == *,test,* || ",$extras," == *,torch,* ]]; then
-    "${pip[@]}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
+    # torch alone from that index; its dependencies come with the package below, from pip's own indexes
+    "${pip[@]}" --no-deps ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
 fi
 "${pip[@]}" -e ".${extras:+[$extras]}"
