@@ -48,7 +48,8 @@ def run_install(tmp_path: Path, *extras: str, index: str | None = "file:///cpu-w
 def test_the_test_extra_gets_the_cpu_build_of_torch_first(tmp_path: Path) -> None:
     venv, torch, package = run_install(tmp_path, "test")
     assert venv == f"venv {tmp_path / 'venv'}"
-    assert torch.startswith("-m pip install ") and torch.endswith("--no-deps --index-url file:///cpu-wheels torch==2.13.0")
+    assert torch.startswith("-m pip install ")
+    assert torch.endswith("--no-deps --index-url file:///cpu-wheels torch==2.13.0")
     assert package.startswith("-m pip install ") and package.endswith("-e .[test]")
 
 
