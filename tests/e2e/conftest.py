@@ -79,6 +79,7 @@ def build_repository(repo: pathlib.Path) -> None:
     control_models.build_explicit(repo)  # ctl_* for test_model_control.py (the repository API)
     python_models.build_e2e(repo)  # py_* for test_python_backend.py (Python backend, decoupled, generate, BLS)
     cancel_models.build(repo)  # gate for test_cancellation.py
+    cancel_models.build_priority_gate(repo, SLOW_BATCHING)  # prio_gate for test_batching.py
     cancel_models.build_rate_limited(repo)  # rl_* for test_rate_limiter.py
     example_models.add_sub(repo, name="cached", extra_config="response_cache { enable: true }")  # test_response_cache
 
