@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.support import example_models
+from scripts import example_models
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 

@@ -27,7 +27,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tests.support import example_models
+from scripts import example_models
 from tests.support.net import free_port
 from tests.support.soak import mib, rss_by_group, session_processes, short
 

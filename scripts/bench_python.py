@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scripts import example_models, python_models
 from scripts.bench import raw_onnxruntime, start_server
-from tests.support import example_models, python_models
 from tests.support.net import free_port
 
 A = np.arange(16, dtype=np.float32)

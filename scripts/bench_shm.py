@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
+from scripts import example_models
 from scripts.bench import PA, raw_onnxruntime, start_server, stop_server
-from tests.support import example_models
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 

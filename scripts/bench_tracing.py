@@ -22,8 +22,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from scripts import example_models
 from scripts.bench import raw_onnxruntime, start_server, stop_server
-from tests.support import example_models
 from tests.support.net import free_port
 from tests.support.otlp import OtlpReceiver
 

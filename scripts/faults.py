@@ -29,7 +29,8 @@ import urllib.request
 
 import numpy as np
 
-from tests.support import example_models, faults as fi, soak as soak_lib
+from scripts import example_models
+from tests.support import faults as fi, soak as soak_lib
 from tests.support.net import free_port
 
 # The fault tests kill one instance's process: each instance of these models gets its own.

@@ -15,7 +15,7 @@ import argparse
 import pathlib
 import sys
 
-from tests.support import example_models as em, python_models as pm
+from scripts import example_models as em, python_models as pm
 
 
 def generate(repo: pathlib.Path) -> list[pathlib.Path]:

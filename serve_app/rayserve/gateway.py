@@ -37,6 +37,7 @@ from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
 from serve_app.rayserve.model_apps import gateway_pool
 from serve_app.rayserve.pool_host import PoolHost
+from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
 from serve_app.service.server_link import ServiceLink
 from serve_app.service.serving_state import ServingState
@@ -50,7 +51,7 @@ logger = logging.getLogger("serve_app")
 DRAIN_TIMEOUT_S = 30.0
 
 
-class Gateway:
+class Gateway(StopsOnShutdown):
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:  # type: ignore[misc]
         self.settings = settings
@@ -272,7 +273,7 @@ class Gateway:
         if self.hosting is not None and not self.hosting.following:
             raise RuntimeError("the gateway stopped following the CPU instances it holds")
 
-    async def __del__(self) -> None:
+    async def stop_once(self) -> None:
         """Also runs after a constructor that failed half-way: stop whatever was started."""
         watcher = getattr(self, "_watcher", None)
         if watcher is not None:

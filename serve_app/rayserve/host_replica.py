@@ -13,9 +13,10 @@ from serve_app.observability import python_logging
 from serve_app.placement import HostPool
 from serve_app.rayserve.gateway_link import GatewayLink
 from serve_app.rayserve.pool_host import PoolHost
+from serve_app.rayserve.shutdown import StopsOnShutdown
 
 
-class HostReplica:
+class HostReplica(StopsOnShutdown):
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, pool: HostPool, token: bytes, manager: Any, server_app: str) -> None:  # type: ignore[misc]
         """``server_app``: the server's Serve application (its gateways answer Python models' BLS calls)."""
@@ -40,5 +41,5 @@ class HostReplica:
         if not self.hosting.following:
             raise RuntimeError("the host stopped following its content")
 
-    async def __del__(self) -> None:
+    async def stop_once(self) -> None:
         await self.hosting.stop()

@@ -40,6 +40,7 @@ from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
 from serve_app.rayserve.host_pools import HostPools
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
+from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
@@ -60,7 +61,7 @@ _UNSCHEDULED = re.compile(
 WATCH_TIMEOUT_S = 10.0  # a gateway long poll; Serve waits for it when the manager stops
 
 
-class ModelManager:
+class ModelManager(StopsOnShutdown):
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(  # type: ignore[misc]
         self, settings: ServerSettings, token: bytes, router: Any, gpus: ClusterGpus | None = None
@@ -502,7 +503,7 @@ class ModelManager:
         if self._poller is not None and self._poller.done():
             raise RuntimeError("the repository poller stopped")
 
-    async def __del__(self) -> None:
+    async def stop_once(self) -> None:
         """The server's application is going away: so do its models' applications."""
         if self._poller is not None:
             self._poller.cancel()

@@ -24,6 +24,7 @@ from serve_app.keys import ModelKey
 from serve_app.observability import python_logging
 from serve_app.placement import InstanceSpec
 from serve_app.rayserve.gateway_link import GatewayLink
+from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.runtime import ModelInstance
 from serve_app.transport import ChannelServer
 
@@ -31,7 +32,7 @@ from serve_app.transport import ChannelServer
 GRACEFUL_WAIT_S = 27.0
 
 
-class ModelReplica:
+class ModelReplica(StopsOnShutdown):
     def __init__(
         self,
         model_name: str,
@@ -92,7 +93,7 @@ class ModelReplica:
         """The model is being unloaded: stop at once when asked, live sequences or not."""
         self.one.unloading = True
 
-    async def __del__(self) -> None:
+    async def stop_once(self) -> None:
         """Stopping (scaled down, reloaded or unloaded): finish the batches in progress and, when only
         scaled down, let live sequences end; new batches are refused with Draining, which gateways
         send to another instance.  Then the instance closes (a Python model's ``finalize``), off the loop."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.errors import as_serve_error
+from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.sequence.assigner import Restore
 from serve_app.sequence.messages import InstanceEvents, PollEvents, RestoreSequence
 from serve_app.sequence.router import SequenceRouter
@@ -49,7 +50,7 @@ class SequenceModelSpec:
     generation: int = 0
 
 
-class SequenceRouterDeployment:
+class SequenceRouterDeployment(StopsOnShutdown):
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, token: bytes, app_name: str = "") -> None:  # type: ignore[misc]
         import ray
@@ -237,7 +238,7 @@ class SequenceRouterDeployment:
         self.core.restored(key, restore, ok, reason)
         self._send_restores(key)  # a failed restore may have freed a slot for another
 
-    async def __del__(self) -> None:
+    async def stop_once(self) -> None:
         self._discoverer.cancel()
         for task in self._watched.values():
             task.cancel()

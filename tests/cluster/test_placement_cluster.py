@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from scripts import example_models
 from serve_app.placement import ClusterGpus, instance_spec, plan_replicas
 from serve_app.settings import ServerSettings
 from tests.cluster.conftest import GPU_NODES, GPU_RESOURCE_PREFIX, GPUS_PER_NODE, SimCluster
-from tests.support import example_models
 from tests.support.net import free_port
 
 APP = "placement"

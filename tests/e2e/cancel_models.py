@@ -1,6 +1,6 @@
 """Python models whose execution waits until the test opens a gate, so requests sent meanwhile wait in the
-gateway's queue for as long as the test needs (no timing involved): ``gate`` (cancellation) and ``rl_*``
-(the rate limiter, below).
+gateway's queue for as long as the test needs (no timing involved): ``gate`` (cancellation), ``prio_gate`` (the
+dynamic batcher's priority levels and queue policies) and ``rl_*`` (the rate limiter, below).
 
 ``gate``'s ``execute`` creates ``running`` in the model's directory when it starts and waits for ``open`` there (at
 most two minutes, so a failed test never leaves it blocked); the test removes ``open`` to close it again.
@@ -50,6 +50,36 @@ def build(repo: pathlib.Path) -> pathlib.Path:
     (d / "1").mkdir(parents=True)
     (d / "1" / "model.py").write_text(textwrap.dedent(GATE_PY).lstrip())
     (d / "config.pbtxt").write_text(textwrap.dedent(GATE_CONFIG).lstrip())
+    return d
+
+
+# ``prio_gate``: one request per execution, behind the same gate, open until a test closes it (``open`` is
+# written with the model); each execution appends its input's value to ``order.txt`` in the model's directory.
+PRIORITY_GATE_PY = GATE_PY.replace(
+    '        os.remove(os.path.join(self.dir, "running"))\n',
+    '        os.remove(os.path.join(self.dir, "running"))\n'
+    '        with open(os.path.join(self.dir, "order.txt"), "a") as f:\n'
+    "            for r in requests:\n"
+    "                f.write(f\"{float(pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy().flat[0]):g}\\n\")\n",
+)
+
+PRIORITY_GATE_CONFIG = """
+name: "prio_gate"
+backend: "python"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def build_priority_gate(repo: pathlib.Path, batching: str) -> pathlib.Path:
+    """``prio_gate`` with the dynamic batching block ``batching`` (priority levels and their queue policies)."""
+    d = repo / "prio_gate"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(textwrap.dedent(PRIORITY_GATE_PY).lstrip())
+    (d / "config.pbtxt").write_text(textwrap.dedent(PRIORITY_GATE_CONFIG).lstrip() + batching)
+    (d / "open").touch()
     return d
 
 

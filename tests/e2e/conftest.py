@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from scripts import example_models, python_models
 from tests.e2e import (
     cancel_models,
     control_models,
@@ -25,7 +26,6 @@ from tests.e2e import (
     warmup_models,
 )
 from tests.e2e.models import identity_all, slow_identity
-from tests.support import example_models, python_models
 from tests.support.net import free_port
 
 STARTUP_TIMEOUT_S = 240
@@ -88,6 +88,7 @@ def build_repository(repo: pathlib.Path) -> None:
     python_models.build_e2e(repo)  # py_* for test_python_backend.py (Python backend, decoupled, generate, BLS)
     cancel_models.build(repo)  # gate for test_cancellation.py
     stream_models.build(repo)  # py_until_cancelled, py_bls_*cancel, py_stream_batched for test_python_streams.py
+    cancel_models.build_priority_gate(repo, SLOW_BATCHING)  # prio_gate for test_batching.py
     cancel_models.build_rate_limited(repo)  # rl_* for test_rate_limiter.py
     example_models.add_sub(repo, name="cached", extra_config="response_cache { enable: true }")  # test_response_cache
 

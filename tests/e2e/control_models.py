@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pathlib
 
+from scripts import example_models
 from tests.e2e.models import slow_identity
 from tests.e2e.sequence_models import accumulator
-from tests.support import example_models
 
 # Explicit mode (the session server): each test owns its model, so the tests don't depend on their order.
 TOGGLE = "ctl_toggle"  # unloaded and loaded again over HTTP

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pathlib
 
+from scripts import example_models
 from tests.e2e import torchscript_models
-from tests.support import example_models
 
 SCORE_LABELS = ["zero", "one", "two", "three"]
 

@@ -1,17 +1,15 @@
 """The dynamic batcher, the statistics extension and the metrics port, against the real server.
 
-``batch8`` waits up to 5 s for a preferred batch of 8; ``slow`` executes one request at a time for a
-few hundred ms, so requests sent meanwhile observably queue, and its priority levels carry different
-queue policies (see ``SLOW_BATCHING`` in conftest).  Each test owns its model's counters or only
-looks at differences, so the order of tests does not matter.
+``batch8`` waits up to 5 s for a preferred batch of 8; ``prio_gate`` executes one request at a time, and only
+once the test opens its gate, so requests sent meanwhile wait in the queue for as long as the test needs; its
+priority levels carry different queue policies (see ``SLOW_BATCHING`` in conftest).  Each test owns its model's
+counters or only looks at differences, so the order of tests does not matter.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -19,10 +17,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import Server
+from tests.e2e.queue_state import metric, metrics, wait_queued
+
+GATE = "prio_gate"
 
 
 @pytest.fixture(scope="module")
@@ -33,20 +33,6 @@ def http(server: Server) -> httpclient.InferenceServerClient:
 @pytest.fixture(scope="module")
 def grpc(server: Server) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc_url)
-
-
-def metrics(server: Server) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(family.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def metric(values: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
-    return values[(name, frozenset(labels.items()))]
 
 
 def add_sub_request(value: float) -> list[httpclient.InferInput]:
@@ -62,49 +48,43 @@ def slow_inputs(value: float) -> list[grpcclient.InferInput]:
     return [inp]
 
 
-class Recorder:
-    """Sends ``slow`` requests from threads and records the order in which they finish."""
+class Gate:
+    """``prio_gate`` closed for one scene: its instance holds the first request while the test queues others,
+    and the model's log says in which order they then executed."""
 
-    def __init__(self, client: grpcclient.InferenceServerClient) -> None:
+    def __init__(self, server: Server, client: grpcclient.InferenceServerClient) -> None:
+        self.dir = server.repo / GATE
         self.client = client
         self.pool = ThreadPoolExecutor(max_workers=8)
-        self.done: list[str] = []
-        self.lock = threading.Lock()
 
-    def send(self, tag: str, value: float, **kwargs: Any) -> Future[Any]:
-        def call() -> Any:
-            try:
-                return self.client.infer("slow", slow_inputs(value), **kwargs).as_numpy("OUT")
-            finally:
-                with self.lock:
-                    self.done.append(tag)
+    def send(self, value: float, **kwargs: Any) -> Future[Any]:
+        return self.pool.submit(lambda: self.client.infer(GATE, slow_inputs(value), **kwargs).as_numpy("OUT"))
 
-        return self.pool.submit(call)
+    def close_with_one_running(self) -> Future[Any]:
+        """Close the gate and send a request of the default level (value 1): it executes and waits there."""
+        (self.dir / "open").unlink(missing_ok=True)
+        (self.dir / "order.txt").unlink(missing_ok=True)
+        first = self.send(1.0)
+        deadline = time.monotonic() + 60
+        while not (self.dir / "running").exists():
+            assert time.monotonic() < deadline and not first.done(), "the first request never executed"
+            time.sleep(0.01)
+        return first
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
+    def open(self) -> None:
+        (self.dir / "open").touch()
+
+    def order(self) -> list[float]:
+        """The values of the requests executed since the gate closed, in order."""
+        return [float(v) for v in (self.dir / "order.txt").read_text().split()]
 
 
 @pytest.fixture
-def slow(grpc: grpcclient.InferenceServerClient) -> Recorder:
-    rec = Recorder(grpc)
-    yield rec
-    rec.close()
-
-
-def settle() -> None:
-    """Let a request reach the server before the next one is sent."""
-    time.sleep(0.05)
-
-
-def wait_queued(server: Server, count: int, model: str = "slow") -> None:
-    """Wait until ``count`` requests wait in the model's queue (the metrics' pending count)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if metric(metrics(server), "nv_inference_pending_request_count", model=model, version="1") == count:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{count} requests never queued for {model}")
+def gate(server: Server, grpc: grpcclient.InferenceServerClient) -> Iterator[Gate]:
+    g = Gate(server, grpc)
+    yield g
+    g.open()  # also after a failure: the other tests find it open
+    g.pool.shutdown(wait=True)
 
 
 def stats_of(client: httpclient.InferenceServerClient, model: str) -> dict[str, Any]:
@@ -153,90 +133,85 @@ def test_preferred_batch_of_eight_is_one_execution(
     assert metric(m, "nv_inference_queue_duration_us", **labels) == infer["queue"]["ns"] // 1000
 
 
-def test_priority_one_overtakes_queued_priority_two(server: Server, slow: Recorder) -> None:
-    first = slow.send("running", 1.0)  # default level 2: starts executing at once
-    settle()
-    queued = [slow.send(f"p2-{i}", 2.0 + i) for i in range(2)]
-    wait_queued(server, 2)
-    urgent = slow.send("p1", 9.0, priority=1)
+def test_priority_one_overtakes_queued_priority_two(server: Server, gate: Gate) -> None:
+    first = gate.close_with_one_running()
+    queued = []
+    for n, value in enumerate((2.0, 3.0), start=1):  # default level 2, one after the other
+        queued.append(gate.send(value))
+        wait_queued(server, n, GATE)
+    urgent = gate.send(9.0, priority=1)
+    wait_queued(server, 3, GATE)
+    gate.open()
     for f in (first, urgent, *queued):
         f.result(timeout=60)
-    assert slow.done == ["running", "p1", "p2-0", "p2-1"]
+    assert gate.order() == [1.0, 9.0, 2.0, 3.0]
     assert urgent.result()[0, 0] == 9.0
 
 
 def test_full_queue_rejects_at_once(
-    server: Server, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient, slow: Recorder
+    server: Server, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient, gate: Gate
 ) -> None:
-    before = stats_of(http, "slow")["inference_stats"]["fail"]["count"]
-    first = slow.send("running", 1.0)
-    settle()
-    held = slow.send("held", 2.0, priority=3)  # level 3 holds one request
-    wait_queued(server, 1)
-    t0 = time.monotonic()
+    before = stats_of(http, GATE)["inference_stats"]["fail"]["count"]
+    first = gate.close_with_one_running()
+    held = gate.send(2.0, priority=3)  # level 3 holds one request
+    wait_queued(server, 1, GATE)
+    # rejected while the gate is still closed: without waiting for the instance
     with pytest.raises(InferenceServerException) as info:
-        grpc.infer("slow", slow_inputs(3.0), priority=3)
-    assert time.monotonic() - t0 < 1.0  # rejected without waiting for the instance
+        grpc.infer(GATE, slow_inputs(3.0), priority=3)
     assert info.value.status() == "StatusCode.UNAVAILABLE"
     assert "Exceeds maximum queue size" in info.value.message()
+    gate.open()
     first.result(timeout=60)
     assert held.result(timeout=60)[0, 0] == 2.0  # the queued one is still served
-    assert stats_of(http, "slow")["inference_stats"]["fail"]["count"] == before + 1
+    assert stats_of(http, GATE)["inference_stats"]["fail"]["count"] == before + 1
 
 
-def test_full_queue_over_http_is_503(server: Server, slow: Recorder) -> None:
+def test_full_queue_over_http_is_503(server: Server, gate: Gate) -> None:
     import httpx
 
     body = {
         "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "FP32", "data": [3.0]}],
         "parameters": {"priority": 3},
     }
-    # The queue is full only while the first execution runs (a few hundred ms): on a machine too busy to
-    # send the third request within that time it finds room and is served, so the scene is played again.
-    for _ in range(3):
-        first = slow.send("running", 1.0)
-        settle()
-        held = slow.send("held", 2.0, priority=3)
-        wait_queued(server, 1)
-        r = httpx.post(f"http://{server.http_url}/v2/models/slow/infer", json=body, timeout=30)
-        first.result(timeout=60)
-        held.result(timeout=60)
-        if r.status_code != 200:
-            break
+    first = gate.close_with_one_running()
+    held = gate.send(2.0, priority=3)
+    wait_queued(server, 1, GATE)
+    r = httpx.post(f"http://{server.http_url}/v2/models/{GATE}/infer", json=body, timeout=30)
+    gate.open()
+    first.result(timeout=60)
+    held.result(timeout=60)
     assert r.status_code == 503
     assert "Exceeds maximum queue size" in r.json()["error"]
 
 
-def test_timed_out_request_is_rejected(server: Server, grpc: grpcclient.InferenceServerClient, slow: Recorder) -> None:
+def test_timed_out_request_is_rejected(server: Server, grpc: grpcclient.InferenceServerClient, gate: Gate) -> None:
     rejected_before = metric(
-        metrics(server), "nv_inference_request_failure", model="slow", version="1", reason="REJECTED"
+        metrics(server), "nv_inference_request_failure", model=GATE, version="1", reason="REJECTED"
     )
-    first = slow.send("running", 1.0)
-    settle()
-    t0 = time.monotonic()
-    # level 4 rejects on timeout; the request shortens the 10 s default to 100 ms
+    first = gate.close_with_one_running()
+    # level 4 rejects on timeout; the request shortens the 10 s default to 100 ms, and fails while the gate is closed
     with pytest.raises(InferenceServerException) as info:
-        grpc.infer("slow", slow_inputs(2.0), priority=4, timeout=100_000)
-    waited = time.monotonic() - t0
+        grpc.infer(GATE, slow_inputs(2.0), priority=4, timeout=100_000)
     assert info.value.status() == "StatusCode.UNAVAILABLE"
     assert "Request timeout expired" in info.value.message()
-    assert waited < 5.0
+    gate.open()
     first.result(timeout=60)
-    after = metric(metrics(server), "nv_inference_request_failure", model="slow", version="1", reason="REJECTED")
+    after = metric(metrics(server), "nv_inference_request_failure", model=GATE, version="1", reason="REJECTED")
     assert after == rejected_before + 1
 
 
-def test_timed_out_request_is_delayed_not_dropped(server: Server, slow: Recorder) -> None:
-    first = slow.send("running", 1.0)
-    settle()
-    late = slow.send("expired", 2.0, priority=5, timeout=20_000)  # DELAY level: expires while queued
-    wait_queued(server, 1)
-    time.sleep(0.05)
-    fresh = slow.send("fresh", 3.0, priority=5)  # same level, not expired: goes first
+def test_timed_out_request_is_delayed_not_dropped(server: Server, gate: Gate) -> None:
+    first = gate.close_with_one_running()
+    late = gate.send(2.0, priority=5, timeout=20_000)  # DELAY level: expires while queued
+    wait_queued(server, 1, GATE)
+    time.sleep(0.05)  # not an ordering: at least the 20 ms of its timeout pass while it waits
+    fresh = gate.send(3.0, priority=5)  # same level, not expired: goes first
+    wait_queued(server, 2, GATE)
+    gate.open()
     first.result(timeout=60)
     assert fresh.result(timeout=60)[0, 0] == 3.0
     assert late.result(timeout=60)[0, 0] == 2.0  # served late, not rejected
-    assert slow.done == ["running", "fresh", "expired"]
+    assert gate.order() == [1.0, 3.0, 2.0]
 
 
 def test_bad_priority_is_invalid_and_counts_nowhere(server: Server, http: httpclient.InferenceServerClient) -> None:

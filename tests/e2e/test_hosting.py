@@ -11,9 +11,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from scripts import example_models
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.sequence_models import accumulator
-from tests.support import example_models, faults as fi
+from tests.support import faults as fi
 
 SEQ = "host_seq"  # an accumulator with state backup, two instances in the host
 BIG = "big_dedicated"  # a process per instance, each asking for more CPUs than the cluster has

@@ -1,7 +1,7 @@
 """Python-backend models on the real server, through stock clients: tritonclient HTTP, gRPC and its
 streaming API, and plain HTTP for the generate extension.
 
-The models (``tests/support/python_models.py``) are written as Triton users write them.  ``py_add_sub``,
+The models (``scripts/python_models.py``) are written as Triton users write them.  ``py_add_sub``,
 ``py_bls``, ``py_repeat`` and ``py_tokens`` run in processes of their own (the default for Python models);
 the others run in the gateway (``dedicated_process: false``).
 """

@@ -14,11 +14,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from scripts import example_models
+from scripts.python_models import ADD_SUB_PY
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_repository_errors import FAILING_PY, FAILING_PY_CONFIG
 from tests.integration.test_security_tls import Pki, _with_cryptography
-from tests.support import example_models
-from tests.support.python_models import ADD_SUB_PY
 
 KEY, SECRET = "admin-key", "s3cret"
 

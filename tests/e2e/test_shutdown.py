@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from scripts import example_models
+from tests.e2e import cancel_models
 from tests.e2e.conftest import start_server
-from tests.e2e.models import slow_identity
-from tests.support import example_models
-
-SLOW = "drain_slow"
+from tests.e2e.queue_state import wait_queued
 
 
 def session_processes(leader: int) -> set[int]:
@@ -41,7 +40,7 @@ def session_processes(leader: int) -> set[int]:
 def test_sigterm_drains_requests_in_progress_and_exits_clean(tmp_path_factory: pytest.TempPathFactory) -> None:
     repo = tmp_path_factory.mktemp("drain_repo")
     example_models.add_sub(repo)
-    slow_identity(repo, SLOW, "", matmuls=48)
+    gate = cancel_models.build(repo)  # executes once the test opens it: the requests are in progress till then
     server, _ = start_server(tmp_path_factory, repo, ["--exit-timeout-secs", "60"], "drain")
     pid = server.proc.pid
     assert len(session_processes(pid)) > 3  # the CLI, Ray's GCS, raylet, workers...
@@ -52,14 +51,14 @@ def test_sigterm_drains_requests_in_progress_and_exits_clean(tmp_path_factory: p
         inp = httpclient.InferInput("IN", [1, 1], "FP32")
         inp.set_data_from_numpy(np.full((1, 1), float(i), np.float32))
         try:
-            results.append(float(client.infer(SLOW, [inp]).as_numpy("OUT")[0, 0]))
+            results.append(float(client.infer("gate", [inp]).as_numpy("OUT")[0, 0]))
         except Exception as exc:
             results.append(exc)
 
     threads = [threading.Thread(target=slow_request, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # all four are queued or running
+    wait_queued(server, 3, "gate")  # one executes behind the closed gate, three wait
     server.proc.send_signal(signal.SIGTERM)
     refused = ready_refused = False
     deadline = time.monotonic() + 30
@@ -76,6 +75,7 @@ def test_sigterm_drains_requests_in_progress_and_exits_clean(tmp_path_factory: p
         except httpx.TransportError:
             break  # already gone: the asserts below say whether that was too early
         time.sleep(0.1)
+    (gate / "open").touch()
     for t in threads:
         t.join(timeout=120)
     assert sorted(r for r in results if isinstance(r, float)) == [0.0, 1.0, 2.0, 3.0], results

@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from scripts import example_models
 from tests.e2e.conftest import Server, start_server, stop_server
-from tests.support import example_models
 from tests.support.otlp import OtlpReceiver, SpanRecord
 
 DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'

@@ -16,7 +16,7 @@ import pathlib
 
 import numpy as np
 
-from tests.support import example_models
+from scripts import example_models
 
 ZEROS = "data_type: TYPE_FP32 dims: [ 16 ] zero_data: true"
 RANDOM = "data_type: TYPE_FP32 dims: [ 16 ] random_data: true"

@@ -11,11 +11,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from scripts import example_models
 from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
 from serve_app.service import InferenceService
 from tests.integration.conftest import local_service
-from tests.support import example_models
 from tests.support.net import free_port
 
 LABELS = ["zero", "one", "two", "three"]

@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from scripts import example_models
 from serve_app.errors import InvalidArgument, ServeError
 from serve_app.http_server import build_http_app
 from serve_app.inference.types import InferRequest, InferTensor, RequestedOutput
@@ -18,7 +19,6 @@ from serve_app.service import InferenceService, ModelRegistry, ModelState, Serve
 from serve_app.service.registry import ensemble_readiness
 from serve_app.stats import ModelStats
 from tests.integration.conftest import infer
-from tests.support import example_models
 
 ENSEMBLE = "add_sub_ensemble"
 

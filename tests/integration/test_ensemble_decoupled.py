@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from scripts import python_models
 from serve_app.inference.types import InferRequest, InferTensor, StreamItem
 from serve_app.local.host import LocalHost
 from serve_app.service import InferenceService
 from tests.e2e import ensemble_models
-from tests.support import python_models
 
 
 @pytest.fixture(scope="module")

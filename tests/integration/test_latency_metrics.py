@@ -11,12 +11,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from scripts import example_models
 from serve_app.http_server import build_http_app
 from serve_app.http_server.metrics import build_metrics_app
 from serve_app.local.host import LocalHost
 from serve_app.metrics_options import MetricsOptions
 from serve_app.service import InferenceService
-from tests.support import example_models
 
 BUCKETS = (
     'model_metrics { metric_control [ { metric_identifier { family: "nv_inference_first_response_histogram_ms" } '

@@ -10,11 +10,11 @@ import httpx
 import numpy as np
 import pytest
 
+from scripts import python_models
 from serve_app.http_server import build_http_app
 from serve_app.inference.types import InferRequest, InferTensor
 from serve_app.local.host import LocalHost
 from serve_app.service import InferenceService
-from tests.support import python_models
 
 WARMUP = """model_warmup [ { name: "zeros" batch_size: 1 count: 2
   inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 16 ] zero_data: true } }

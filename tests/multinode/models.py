@@ -19,8 +19,8 @@ from __future__ import annotations
 import pathlib
 import textwrap
 
+from scripts import example_models, python_models
 from tests.e2e import sequence_models
-from tests.support import example_models, python_models
 
 LOADED = ("add_sub", "where_cpu", "where_gpu", "seq_accum", "seq_oldest", "py_add_sub", "py_bls")
 

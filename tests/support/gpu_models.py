@@ -117,7 +117,7 @@ def ts_mlp(
 
 def onnx_add_sub(repo: pathlib.Path, name: str = "onnx_add_sub") -> pathlib.Path:
     """ONNX add_sub on the GPU: ONNX Runtime's CUDA execution provider (the model fails to load without it)."""
-    from tests.support import example_models  # imports onnx: not for the benchmark's client processes
+    from scripts import example_models  # imports onnx: not for the benchmark's client processes
 
     return example_models.add_sub(repo, name=name, extra_config=GPU_GROUP)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from tests.support import example_models
+from scripts import example_models
 
 # Models in the shared repository.
 ADD_SUB = "add_sub"  # FP32 [16], max_batch_size 8: OUTPUT0 = a + b, OUTPUT1 = a - b

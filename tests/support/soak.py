@@ -40,7 +40,7 @@ def build_repository(repo: pathlib.Path) -> None:
     The mlp is shrunk (256 wide, 6 layers: well under a millisecond) so that no single model eats the
     two cores and the mix stays a mix; it batches dynamically, as a served MLP usually would.
     """
-    from tests.support import example_models as em
+    from scripts import example_models as em
 
     em.add_sub(repo, name=ADD_SUB)
     em.identity(repo, "FP32", name=IDENTITY)

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.support import example_models
+from scripts import example_models
 
 SIMPLE, SIMPLE_INT8, SIMPLE_STRING, SIMPLE_IDENTITY = "simple", "simple_int8", "simple_string", "simple_identity"
 SIMPLE_SEQUENCE, SIMPLE_DYNA_SEQUENCE = "simple_sequence", "simple_dyna_sequence"

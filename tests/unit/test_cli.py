@@ -7,11 +7,11 @@ import pathlib
 
 import pytest
 
+from scripts import example_models
 from serve_app.cli import build_parser, settings_from
 from serve_app.errors import InvalidArgument
 from serve_app.local.server import serve_locally
 from serve_app.settings import ServerSettings
-from tests.support import example_models
 from tests.support.net import free_port
 
 

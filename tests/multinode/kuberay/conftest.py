@@ -30,7 +30,7 @@ import yaml
 
 from tests.multinode.conftest import RAY_PORT, REPO_ROOT, START_TIMEOUT_S, wait_until
 from tests.multinode.netns import Network, Node, unavailable_reason
-from tests.support import example_models
+from scripts import example_models
 
 MANIFEST = REPO_ROOT / "deploy" / "k8s" / "rayservice.yaml"
 DASHBOARD_PORT = 8265

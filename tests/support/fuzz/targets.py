@@ -34,7 +34,7 @@ class Targets:
 
 def build_fuzz_repository(repo: pathlib.Path) -> pathlib.Path:
     """The integration tests' models, the sequence models, and a few more that reach other code paths."""
-    from tests.support import example_models
+    from scripts import example_models
     from tests.support.repos import build_repository
     from tests.support.sequence_repository import build_sequence_repository
 

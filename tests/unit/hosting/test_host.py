@@ -7,6 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from scripts import example_models
 from serve_app.errors import Draining, Unavailable
 from serve_app.hosting import ExecuteOn, InstanceHost, InstanceLoad
 from serve_app.inference.execution import Execution
@@ -14,7 +15,6 @@ from serve_app.keys import ModelKey
 from serve_app.placement import InstanceSpec
 from serve_app.repository import ModelRepository
 from serve_app.sequence.messages import PollEvents, SequenceStep
-from tests.support import example_models
 from tests.support.sequence_repository import accumulator
 
 

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from scripts import example_models
 from serve_app.errors import Unavailable
 from serve_app.keys import ModelKey
 from serve_app.local.host import LocalHost
 from serve_app.repository.api import IndexEntry
 from serve_app.service import ModelState
-from tests.support import example_models
 
 DIMS = 4
 LoadHost = Callable[[pathlib.Path], LocalHost]

@@ -107,7 +107,7 @@ class FakeScheduler:
 
 class _Gateway(Gateway):
     def __del__(self) -> None:  # type: ignore[override]
-        pass  # the real one is a coroutine Serve awaits at shutdown (garbage collection would only warn)
+        pass  # built without __init__: nothing to stop when collected
 
 
 def make_gateway(replicas: int = 1) -> tuple[Gateway, FakeExecutor]:

@@ -1,5 +1,5 @@
 """ModelManager without Ray: a manager built without its async __init__ over a real ModelControl and
-ModelRepository (models from tests/support/example_models.py); _checked (ensemble and autoscaling problems per
+ModelRepository (models from scripts/example_models.py); _checked (ensemble and autoscaling problems per
 model), _deploy's bookkeeping with the Ray calls faked (reloads, failed reloads, kept failed instances),
 _snapshot and index; and plan_model_apps (Serve applications bound, not run)."""
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from scripts import example_models
 from serve_app.autoscale import AutoscalingSpec
 from serve_app.errors import InvalidArgument
 from serve_app.keys import ModelKey
@@ -26,7 +27,6 @@ from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl
 from serve_app.service.serving_state import ServedVersion
 from serve_app.settings import ServerSettings
-from tests.support import example_models
 
 DIMS = 4
 MISSING_STEP = "ensemble_scheduling.step[0]: model 'missing' is not available"
@@ -40,7 +40,7 @@ def autoscaling(**params: object) -> str:
 
 class _Manager(ModelManager):
     def __del__(self) -> None:  # type: ignore[override]
-        pass  # the real one is a coroutine Serve awaits at shutdown (garbage collection would only warn)
+        pass  # built without __init__: nothing to stop when collected
 
 
 class Manager:

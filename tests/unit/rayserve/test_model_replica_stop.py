@@ -33,21 +33,14 @@ class TritonPythonModel:
 """
 
 
-class Replica(ModelReplica):
-    """Serve awaits ``__del__``; the garbage collector would only call it (and warn of the coroutine)."""
-
-    def __del__(self) -> None:  # type: ignore[override]
-        pass
-
-
 async def test_stopping_a_dedicated_replica_runs_finalize(tmp_path: pathlib.Path) -> None:
     marker = tmp_path / "finalized"
     model_file = tmp_path / "fin" / "1" / "model.py"
     model_file.parent.mkdir(parents=True)
     model_file.write_text(MODEL)
     config = parse_config(CONFIG % marker, model="fin", path="config.pbtxt")
-    replica = Replica("fin", 1, config.SerializeToString(), str(model_file), "KIND_CPU")
+    replica = ModelReplica("fin", 1, config.SerializeToString(), str(model_file), "KIND_CPU")
     assert replica.load_error == ""
     assert not marker.exists()
-    await ModelReplica.__del__(replica)
+    await replica.stop()
     assert marker.read_text() == "finalized"

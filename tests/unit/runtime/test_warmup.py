@@ -564,3 +564,5 @@ def test_replica_reports_a_failing_warmup_and_serves_a_good_one(
         and "failed to load" in res.error.message
         and "warmup sample 'broken'" in res.error.message
     )
+    asyncio.run(ok.stop())
+    asyncio.run(failed.stop())

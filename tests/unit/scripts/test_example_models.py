@@ -1,4 +1,4 @@
-"""tests/support/example_models.py: each model loads in onnxruntime, computes what it says, and
+"""scripts/example_models.py: each model loads in onnxruntime, computes what it says, and
 its config.pbtxt parses as our ModelConfig and matches the ONNX file."""
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
 
-from scripts import gen_example_repo
+from scripts import example_models as em, gen_example_repo
 from serve_app.protos import model_config_pb2 as mc
-from tests.support import example_models as em
 
 
 def session(model_dir: pathlib.Path, version: int = 1) -> ort.InferenceSession:

@@ -11,7 +11,7 @@ pair Triton accepts), and parse with our ``ModelConfig``.
 ``extra_config`` (every function) is appended verbatim to config.pbtxt, e.g.
 ``'instance_group [ { kind: KIND_CPU count: 2 } ]'``.
 
-Importable from tests with ``sys.path.insert(0, <repo root>/scripts)``.
+``scripts.gen_example_repo`` builds the example repository from them, and tests reuse them.
 """
 
 from __future__ import annotations
