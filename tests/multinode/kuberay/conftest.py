@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
+from scripts import example_models
 from tests.multinode.conftest import RAY_PORT, REPO_ROOT, START_TIMEOUT_S, wait_until
 from tests.multinode.netns import Network, Node, unavailable_reason
-from scripts import example_models
 
 MANIFEST = REPO_ROOT / "deploy" / "k8s" / "rayservice.yaml"
 DASHBOARD_PORT = 8265
