@@ -34,8 +34,8 @@ from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
 from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
-from serve_app.rayserve.host_pools import HostPools
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
+from serve_app.rayserve.pool_content import PoolContent
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
@@ -85,7 +85,7 @@ class ModelManager:
         self._served: dict[str, list[ServedVersion]] = {}  # model -> its served versions (one generation)
         self._apps: dict[str, list[str]] = {}  # model -> its Serve applications (dedicated instances)
         self._hosted: dict[str, set[str]] = {}  # model -> its instance groups in shared hosts
-        self._pools = HostPools(settings)
+        self._pools = PoolContent(settings)
         self._diagnostics = DiagnosticsOwner(settings)  # trace and log settings, for every gateway
         self._sequence: dict[str, list[SequenceModelSpec]] = {}
         self._failed: dict[str, str] = {}  # model -> why nothing of it is served

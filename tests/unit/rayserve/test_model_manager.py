@@ -318,7 +318,7 @@ def test_plan_lists_sequence_models_for_the_router(tmp_path: pathlib.Path) -> No
 
 # -- shared hosts -------------------------------------------------------------------------------------
 class FakePools:
-    """HostPools with the gateways as the CPU pool: pushes find no gateway yet (the server is starting)."""
+    """PoolContent with the gateways as the CPU pool: pushes find no gateway yet (the server is starting)."""
 
     def __init__(self) -> None:
         self.deployed: dict[str, Any] = {}
