@@ -27,12 +27,11 @@ from serve_app.hosting import InstanceLoad
 from serve_app.inference.types import InferRequest, InferResponse, StreamItem
 from serve_app.keys import ModelKey
 from serve_app.logs import LogSettings, python_logging
-from serve_app.placement import KIND_CPU, HostPool
+from serve_app.placement import KIND_CPU, HostPool, gateway_pool
 from serve_app.rayserve.console import quiet_router
 from serve_app.rayserve.diagnostics import ManagerDiagnostics
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
-from serve_app.rayserve.model_apps import gateway_pool
 from serve_app.rayserve.shared_host import SharedHost
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
 from serve_app.service.diagnostics import Diagnostics

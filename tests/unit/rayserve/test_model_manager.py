@@ -16,9 +16,9 @@ import pytest
 
 from serve_app.autoscale import AutoscalingSpec
 from serve_app.errors import InvalidArgument
-from serve_app.placement import ClusterGpus
+from serve_app.placement import ClusterGpus, app_name, deployment_name
 from serve_app.rayserve.console import MODELS_LOGGER
-from serve_app.rayserve.model_apps import ModelApps, app_name, deployment_name, plan_model_apps
+from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
 from serve_app.rayserve.model_manager import ModelManager, _load_error, _ready
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
