@@ -29,6 +29,7 @@ from serve_app.rayserve.console import serve_logging
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelSource
 from serve_app.sequence.batcher import SequenceBatchingConfig
+from serve_app.service.model_books import Generation
 from serve_app.service.serving_state import DeploymentRef, ServedVersion
 from serve_app.settings import ServerSettings
 
@@ -64,11 +65,22 @@ class ModelApps:
     failed: dict[str, str] = field(default_factory=dict)  # model -> why it can't be deployed
     messages: list[str] = field(default_factory=list)
 
-    def hosted_groups(self, model: str) -> set[str]:
-        """The group ids of ``model``'s instance groups placed in shared hosts."""
-        return {
-            InstanceHost.group_id(load) for loads in self.hosted.values() for load in loads if load.key.name == model
-        }
+    def group_models(self) -> list[tuple[str, str]]:
+        """(group id, model) of each instance group placed in shared hosts."""
+        return [(InstanceHost.group_id(load), load.key.name) for loads in self.hosted.values() for load in loads]
+
+    def generations(self) -> dict[str, Generation]:
+        """What each model planned here will run on (for the manager's books)."""
+        out: dict[str, Generation] = {}
+        for sv in self.served:
+            new = out.setdefault(sv.name, Generation())
+            new.served.append(sv)
+            new.apps += [r.app for r in sv.deployments if r.app in self.apps]  # its own, not host pools
+        for group, model in self.group_models():
+            out.setdefault(model, Generation()).groups.add(group)
+        for spec in self.sequence_models:
+            out.setdefault(spec.name, Generation()).sequences.append(spec)
+        return out
 
 
 def plan_model_apps(
