@@ -16,7 +16,6 @@ import logging
 import pathlib
 from typing import Any
 
-from serve_app.config.ensemble_deps import ensemble_problems
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InProcessExecutor, InstanceHost, InstanceLoad
 from serve_app.keys import ModelKey
@@ -25,9 +24,9 @@ from serve_app.placement import InstanceSpec
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.repository import ModelRepository
 from serve_app.runtime import ModelInstance
-from serve_app.scheduling.rate_limiter import Needs, check_resources
 from serve_app.sequence.router import SequenceRouter
 from serve_app.service import FailedModel, InferenceService, ModelRegistry, ServedModel
+from serve_app.service.admission import admit
 from serve_app.service.registry import ensemble_readiness
 from serve_app.service.server_link import ServiceLink
 
@@ -72,19 +71,15 @@ class LocalService:
                 registry.add_failed(FailedModel(name, source.message))
             else:
                 sources[name] = source
-        problems = ensemble_problems(
-            {n: s.config for n, s in sources.items()}, {n: set(s.versions) for n, s in sources.items()}
-        )
+        admission = admit(sources, {}, service_options.get("rate_limits"))
         warmups: list[tuple[ServedModel, list[tuple[int, int, int, int]]]] = []
-        limits = service_options.get("rate_limits")
         for name, source in sources.items():
-            if name in problems:
-                registry.add_failed(FailedModel(name, problems[name]))
+            if name in admission.failures:
+                logger.warning("model '%s': failed to load: %s", name, admission.failures[name])
+                registry.add_failed(FailedModel(name, admission.failures[name]))
                 continue
             loads: list[InstanceLoad] = []
             try:
-                if limits is not None:
-                    check_resources(name, Needs.from_config(source.config), limits)
                 models = []
                 for version, model_file in source.versions.items():
                     model = ServedModel.create(name, version, source.config, labels=source.labels)

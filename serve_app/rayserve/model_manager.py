@@ -25,7 +25,7 @@ from typing import Any
 from ray import serve
 
 from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override_file
-from serve_app.config.ensemble_deps import ensemble_problems, load_waves
+from serve_app.config.ensemble_deps import load_waves
 from serve_app.errors import ServeError, as_serve_error
 from serve_app.hosting import InstanceLoad
 from serve_app.logs import LogSettings
@@ -39,7 +39,7 @@ from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
-from serve_app.scheduling.rate_limiter import Needs, check_resources
+from serve_app.service.admission import admit
 from serve_app.service.model_books import DeployResults, Generation, ModelBooks, Stale
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
@@ -278,33 +278,19 @@ class ModelManager:
     def _checked(
         self, sources: dict[str, ModelSource]
     ) -> tuple[dict[str, ModelSource], dict[str, Any], dict[str, str]]:
-        """Drop (and record) models whose ensemble steps or autoscaling settings can't be served."""
-        every = {n: s for n, s in ((n, self.control.source(n)) for n in self.control.loaded_names()) if s}
-        every.update(sources)
-        problems = ensemble_problems(
-            {n: s.config for n, s in every.items()}, {n: set(s.versions) for n, s in every.items()}
+        """Drop (and record) models whose ensemble steps, resource needs or autoscaling settings can't be
+        served (``service/admission.py``)."""
+        loaded = {n: s for n, s in ((n, self.control.source(n)) for n in self.control.loaded_names()) if s}
+        out = admit(sources, loaded, self.settings.rate_limit_resources(), self._autoscaling)
+        return out.admitted, out.scaling, out.failures
+
+    def _autoscaling(self, name: str, source: ModelSource) -> AutoscalingSpec | None:
+        return autoscaling_spec(
+            source.config,
+            self._scaling_overrides.get(name),
+            path=str(source.directory / self._repo.config_file(source.directory)),
+            override_path=self.settings.autoscaling_file or "autoscaling override",
         )
-        scaling: dict[str, AutoscalingSpec | None] = {}
-        limits = self.settings.rate_limit_resources()
-        kept: dict[str, ModelSource] = {}
-        failures: dict[str, str] = {}
-        for name, source in sources.items():
-            try:
-                if name in problems:
-                    raise ServeError(problems[name])
-                if limits is not None:
-                    check_resources(name, Needs.from_config(source.config), limits)
-                scaling[name] = autoscaling_spec(
-                    source.config,
-                    self._scaling_overrides.get(name),
-                    path=str(source.directory / self._repo.config_file(source.directory)),
-                    override_path=self.settings.autoscaling_file or "autoscaling override",
-                )
-                kept[name] = source
-            except Exception as exc:
-                message = as_serve_error(exc).message
-                failures[name] = message
-        return kept, scaling, failures
 
     def _run_apps(self, apps: dict[str, Any]) -> dict[str, str]:
         """Start the applications and wait until each runs; returns why those that didn't, didn't."""
