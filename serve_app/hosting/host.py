@@ -19,6 +19,7 @@ with its sequence router in the same process (``on_release``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,14 +29,7 @@ from serve_app.hosting.instance import HostedInstance
 from serve_app.hosting.messages import ExecuteOn, InstanceLoad, StreamOn
 from serve_app.keys import ModelKey
 from serve_app.logs import python_logging
-from serve_app.sequence.messages import (
-    InstanceEvents,
-    PollEvents,
-    RestoreSequence,
-    SequenceStep,
-    SlotEvent,
-    StepResult,
-)
+from serve_app.sequence.messages import InstanceEvents, PollEvents, RestoreSequence, SequenceStep, StepResult
 
 STOP_WAIT_S = 27.0  # a group's instances may finish their work this long when it is removed
 
@@ -107,7 +101,7 @@ class InstanceHost:
         them = []
         for n in range(load.count):
             instance_id = f"{self.host_id}/{load.instance_key(n)}"
-            released = _released(self._on_release, load.key.label, instance_id) if self._on_release else None
+            released = functools.partial(self._on_release, load.key.label) if self._on_release else None
             them.append(HostedInstance(load, instance_id, load.spec.instance_name(n), gpu_ids, self.link, released))
         return them
 
@@ -188,7 +182,3 @@ class InstanceHost:
         for i in self._instances.values():
             i.close()
 
-
-def _released(tell: Released, label: str, instance_id: str) -> Callable[[list[SlotEvent]], None]:
-    """One instance's freed slots, as its router takes them."""
-    return lambda events: tell(label, InstanceEvents(instance_id, tuple(events)))

@@ -59,7 +59,7 @@ class HostedInstance:
         name: str,
         gpu_ids: tuple[int, ...] = (),
         link: Any = None,
-        on_release: Callable[[list[SlotEvent]], None] | None = None,
+        on_release: Callable[[InstanceEvents], None] | None = None,
     ) -> None:
         """``instance_id``: unique across the cluster; ``name``: Triton's ``<group name>_<n>``; ``link``: how
         model code reaches the server (a Python model's BLS calls and model control); ``on_release``: where a
@@ -142,10 +142,14 @@ class HostedInstance:
             self.ctx.model_file.parent.parent,
             self._run_one,
             instance_id=self.id,
-            on_release=self._on_release,
+            on_release=self._released if self._on_release is not None else None,
             backup=state_backup_enabled(self.config),
             per_request=self.instance.backend.per_request,
         )
+
+    def _released(self, events: list[SlotEvent]) -> None:
+        assert self._on_release is not None
+        self._on_release(InstanceEvents(self.id, tuple(events)))
 
     def _failed(self) -> Unavailable:
         return Unavailable(f"model '{self.key.name}' version {self.key.version} failed to load: {self.load_error}")
