@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,14 @@ from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
 from serve_app.runtime.streaming import stream_execution
 from serve_app.sequence.instance import SequenceInstance
-from serve_app.sequence.messages import InstanceEvents, PollEvents, RestoreSequence, SequenceStep, StepResult
+from serve_app.sequence.messages import (
+    InstanceEvents,
+    PollEvents,
+    RestoreSequence,
+    SequenceStep,
+    SlotEvent,
+    StepResult,
+)
 
 # Serve configures and forwards the "ray.serve" logger of its replicas (where hosts and instances run).
 logger = logging.getLogger("ray.serve")
@@ -46,11 +53,19 @@ _INLINE_BACKENDS = frozenset({"onnxruntime", "pytorch"})
 
 class HostedInstance:
     def __init__(
-        self, load: InstanceLoad, instance_id: str, name: str, gpu_ids: tuple[int, ...] = (), link: Any = None
+        self,
+        load: InstanceLoad,
+        instance_id: str,
+        name: str,
+        gpu_ids: tuple[int, ...] = (),
+        link: Any = None,
+        on_release: Callable[[InstanceEvents], None] | None = None,
     ) -> None:
         """``instance_id``: unique across the cluster; ``name``: Triton's ``<group name>_<n>``; ``link``: how
-        model code reaches the server (a Python model's BLS calls and model control)."""
+        model code reaches the server (a Python model's BLS calls and model control); ``on_release``: where a
+        sequence instance tells its freed slots when the router is in this process (else the router polls)."""
         self._link = link
+        self._on_release = on_release
         self.load = load
         self.id = instance_id
         self.name = name
@@ -127,9 +142,14 @@ class HostedInstance:
             self.ctx.model_file.parent.parent,
             self._run_one,
             instance_id=self.id,
+            on_release=self._released if self._on_release is not None else None,
             backup=state_backup_enabled(self.config),
             per_request=self.instance.backend.per_request,
         )
+
+    def _released(self, events: list[SlotEvent]) -> None:
+        assert self._on_release is not None
+        self._on_release(InstanceEvents(self.id, tuple(events)))
 
     def _failed(self) -> Unavailable:
         return Unavailable(f"model '{self.key.name}' version {self.key.version} failed to load: {self.load_error}")
@@ -155,6 +175,11 @@ class HostedInstance:
         spent = sum(r.compute_input_ns + r.compute_infer_ns + r.compute_output_ns for r in results)
         self._recent_ns = (self._recent_ns + spent) // 2
         return results
+
+    @property
+    def calls(self) -> int:
+        """Batch calls in progress (to pick the least busy of a version's instances)."""
+        return self._calls
 
     def _run_all(self, executions: list[Execution], arrived_ns: int) -> list[ExecutionResult]:
         assert self.instance is not None

@@ -1,7 +1,7 @@
 """``python -m serve_app --local``: serve a repository from this one process, without Ray.
 
 The same service, schedulers and front ends as the Ray gateway, with every
-model instance in this process (:class:`~serve_app.local.host.LocalHost`).
+model instance in this process (:class:`~serve_app.local.service.LocalService`).
 It is for development and tests: the repository is loaded once (model
 control mode none), and nothing scales or moves.
 """
@@ -14,7 +14,7 @@ import sys
 import time
 
 from serve_app.front_ends import start_front_ends
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.observability import python_logging, spans
 from serve_app.observability.diagnostics import Diagnostics
 from serve_app.service.model_table import LOAD_FAILED, failed_to_load, model_table
@@ -26,8 +26,8 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
     """Load the repository, serve it until ``stop`` is set, then drain."""
     t0 = time.monotonic()
     python_logging.install(settings.log_settings())
-    host = await asyncio.to_thread(
-        LocalHost.from_repository,
+    local = await asyncio.to_thread(
+        LocalService.from_repository,
         settings.model_repository,
         model_config_name=settings.model_config_name,
         max_queued=settings.max_queue_size,
@@ -41,11 +41,11 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         complete_config=not settings.strict_model_config,
     )
     try:
-        rows = [(e.name, e.version, e.state, e.reason) for e in host.service.repository_index()]
+        rows = [(e.name, e.version, e.state, e.reason) for e in local.service.repository_index()]
         print(model_table(rows), flush=True)
         if settings.exit_on_error and failed_to_load(rows):
             raise StartupFailed(LOAD_FAILED)
-        front = await start_front_ends(host.service, settings)
+        front = await start_front_ends(local.service, settings)
         print(
             f"serve_app (local, no Ray) ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:"
             f"{settings.http_port}, gRPC {settings.host}:{settings.grpc_port}",
@@ -54,13 +54,13 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         try:
             await stop.wait()
             print(f"shutting down: waiting up to {settings.exit_timeout_s:g}s for requests in progress", flush=True)
-            left = await host.service.drain(settings.exit_timeout_s)
+            left = await local.service.drain(settings.exit_timeout_s)
             if left:
                 print(f"{left} request(s) still in progress after {settings.exit_timeout_s:g}s", flush=True)
         finally:
             await front.stop()
     finally:
-        host.close()
+        local.close()
         spans.flush()  # the traces of the last requests
 
 

@@ -1,5 +1,6 @@
-"""Where instances go: instance groups to Ray resources (``groups``), and the pools of shared hosts
-(``pools``).  Pure: no Ray import, so planning and its tests run without a cluster."""
+"""Where instances go: instance groups to Ray resources (``groups``), the pools of shared hosts
+(``pools``), and a repository's models placed on both (``plan``).  Pure: no Ray import, so planning and its
+tests run without a cluster."""
 
 from serve_app.placement.groups import (
     DEFAULT_GPU_RESOURCE_PREFIX,
@@ -13,6 +14,15 @@ from serve_app.placement.groups import (
     plan_replicas,
     share_gpus,
 )
+from serve_app.placement.plan import (
+    PlacedGroup,
+    PlacementPlan,
+    VersionPlan,
+    app_name,
+    deployment_name,
+    gateway_pool,
+    plan_placement,
+)
 from serve_app.placement.pools import HostPool, gateways_per_node, host_pool, hosted_instances
 
 __all__ = [
@@ -23,11 +33,18 @@ __all__ = [
     "ClusterGpus",
     "HostPool",
     "InstanceSpec",
+    "PlacedGroup",
+    "PlacementPlan",
     "ReplicaGroup",
+    "VersionPlan",
+    "app_name",
+    "deployment_name",
+    "gateway_pool",
     "gateways_per_node",
     "host_pool",
     "hosted_instances",
     "instance_spec",
+    "plan_placement",
     "plan_replicas",
     "share_gpus",
 ]

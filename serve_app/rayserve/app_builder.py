@@ -11,10 +11,10 @@ import logging
 import secrets
 from typing import Any
 
-from serve_app.placement import ClusterGpus, gateways_per_node
+from serve_app.placement import ClusterGpus, deployment_name, gateways_per_node
 from serve_app.rayserve.cluster import live_nodes
 from serve_app.rayserve.console import serve_logging
-from serve_app.rayserve.model_apps import REPLICA_ENV, deployment_name, replica_options
+from serve_app.rayserve.model_apps import REPLICA_ENV, replica_options
 from serve_app.settings import ServerSettings
 
 __all__ = ["build_application", "deployment_name", "replica_options"]

@@ -30,13 +30,12 @@ from serve_app.observability import python_logging, spans
 from serve_app.observability.diagnostics import Diagnostics
 from serve_app.observability.log_settings import LogSettings
 from serve_app.observability.trace_settings import NewSetting
-from serve_app.placement import KIND_CPU, HostPool
+from serve_app.placement import KIND_CPU, HostPool, gateway_pool
 from serve_app.rayserve.console import quiet_router
 from serve_app.rayserve.diagnostics import ManagerDiagnostics
 from serve_app.rayserve.executor import RayModelExecutor
 from serve_app.rayserve.manager_client import ManagerClient
-from serve_app.rayserve.model_apps import gateway_pool
-from serve_app.rayserve.pool_host import PoolHost
+from serve_app.rayserve.shared_host import SharedHost
 from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
 from serve_app.service.server_link import ServiceLink
@@ -65,12 +64,12 @@ class Gateway(StopsOnShutdown):
         self._bls_channel: ChannelServer | None = None
         self._bls_at: tuple[str, int] | None = None
         # The node's shared CPU instances live here when the gateways hold them (no hop to them).
-        self.hosting: PoolHost | None = None
+        self.hosting: SharedHost | None = None
         if settings.cpu_instances_in_gateway and settings.shared_hosts and settings.direct_channel:
             gateways = gateway_pool(settings)
             assert gateways is not None
             pool = HostPool("cpu", KIND_CPU, gateways[2], 0.0, in_deployment=(gateways[0], gateways[1]))
-            self.hosting = PoolHost(pool, manager, devices=False, link=self.link)
+            self.hosting = SharedHost(pool, manager, devices=False, link=self.link)
             await self.hosting.start(token)
         self.executor = RayModelExecutor(
             inflight_per_instance=settings.max_inflight_per_instance,

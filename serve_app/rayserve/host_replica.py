@@ -1,6 +1,6 @@
 """A shared host: one Serve replica holding instances of many models (a host pool's deployment).
 
-All it does is hold its pool's content (``pool_host.py``): the model manager
+All it does is hold its pool's content (``shared_host.py``): the model manager
 pushes it, a replica Serve starts later or restarts fetches it.
 """
 
@@ -12,7 +12,7 @@ from serve_app.hosting import InstanceLoad
 from serve_app.observability import python_logging
 from serve_app.placement import HostPool
 from serve_app.rayserve.gateway_link import GatewayLink
-from serve_app.rayserve.pool_host import PoolHost
+from serve_app.rayserve.shared_host import SharedHost
 from serve_app.rayserve.shutdown import StopsOnShutdown
 
 
@@ -21,7 +21,8 @@ class HostReplica(StopsOnShutdown):
     async def __init__(self, pool: HostPool, token: bytes, manager: Any, server_app: str) -> None:  # type: ignore[misc]
         """``server_app``: the server's Serve application (its gateways answer Python models' BLS calls)."""
         python_logging.install_from_env()  # the models' log (pb_utils.Logger) as the server's settings say
-        self.hosting = PoolHost(pool, manager, link=GatewayLink(server_app, token))  # sets the process's devices first
+        # SharedHost sets the process's devices first
+        self.hosting = SharedHost(pool, manager, link=GatewayLink(server_app, token))
         await self.hosting.start(token)
         self.hosting.follow()
 

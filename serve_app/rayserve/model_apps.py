@@ -1,46 +1,35 @@
-"""Model versions → where their instances run: shared hosts, or Serve applications of their own.
+"""Placement plans (``placement/plan.py``) → Serve: the applications of dedicated deployments bound, the
+groups each host pool takes, and what the gateways and the sequence router will serve.
 
-Most instance groups go to the pools of shared hosts (``placement/pools.py``):
-the plan says which groups each pool's hosts take.  A model Serve autoscales,
-or one that asks for ``dedicated_process``, gets a deployment per instance
-group, one replica per instance.  A Serve application can't gain or lose
-deployments without restarting all of them, so each such deployment (and
-each host pool) gets an application of its own (no route prefix; nothing
-routes to it but our gateways).  Loading, reloading and
-unloading a model then start and delete only its own applications.  A reload
-deploys a new *generation* beside the old one, so traffic moves only once the
-new instances are up.
+The plan decides; this module only builds what Serve runs from it (deployment
+options, the bound replicas) and the records the manager publishes.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from serve_app.autoscale import AutoscalingSpec, serve_autoscaling_config
 from serve_app.backends.python.environment import pip_requirements
-from serve_app.config import ENSEMBLE_PLATFORM
-from serve_app.config.ensemble_deps import composing_models
-from serve_app.config.hosting import dedicated_process
 from serve_app.hosting import InstanceHost, InstanceLoad
-from serve_app.keys import ModelKey
 from serve_app.observability import python_logging
 from serve_app.placement import (
     ClusterGpus,
     HostPool,
+    PlacedGroup,
+    PlacementPlan,
     ReplicaGroup,
-    host_pool,
-    hosted_instances,
+    VersionPlan,
     instance_spec,
-    plan_replicas,
-    share_gpus,
+    plan_placement,
 )
 from serve_app.rayserve.console import serve_logging
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.repository import ModelSource
 from serve_app.sequence.batcher import SequenceBatchingConfig
+from serve_app.service.model_books import Generation
 from serve_app.service.serving_state import DeploymentRef, ServedVersion
 from serve_app.settings import ServerSettings
 
@@ -63,16 +52,6 @@ def replica_env(settings: ServerSettings) -> dict[str, str]:
     return {**REPLICA_ENV, **python_logging.to_env(settings.log_settings())}
 
 
-def deployment_name(model: str, version: int, group: int, device: int | None = None) -> str:
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
-    suffix = "" if device is None else f".gpu{device}"
-    return f"{safe}.v{version}.g{group}{suffix}"
-
-
-def app_name(server_app: str, deployment: str, generation: int) -> str:
-    return f"{server_app}--{deployment}--{generation}"
-
-
 @dataclass(slots=True)
 class ModelApps:
     """What deploying some models takes: Serve applications to run, instance groups for shared hosts, and
@@ -86,11 +65,22 @@ class ModelApps:
     failed: dict[str, str] = field(default_factory=dict)  # model -> why it can't be deployed
     messages: list[str] = field(default_factory=list)
 
-    def hosted_groups(self, model: str) -> set[str]:
-        """The group ids of ``model``'s instance groups placed in shared hosts."""
-        return {
-            InstanceHost.group_id(load) for loads in self.hosted.values() for load in loads if load.key.name == model
-        }
+    def group_models(self) -> list[tuple[str, str]]:
+        """(group id, model) of each instance group placed in shared hosts."""
+        return [(InstanceHost.group_id(load), load.key.name) for loads in self.hosted.values() for load in loads]
+
+    def generations(self) -> dict[str, Generation]:
+        """What each model planned here will run on (for the manager's books)."""
+        out: dict[str, Generation] = {}
+        for sv in self.served:
+            new = out.setdefault(sv.name, Generation())
+            new.served.append(sv)
+            new.apps += [r.app for r in sv.deployments if r.app in self.apps]  # its own, not host pools
+        for group, model in self.group_models():
+            out.setdefault(model, Generation()).groups.add(group)
+        for spec in self.sequence_models:
+            out.setdefault(spec.name, Generation()).sequences.append(spec)
+        return out
 
 
 def plan_model_apps(
@@ -102,107 +92,81 @@ def plan_model_apps(
     autoscaling: Mapping[str, AutoscalingSpec | None],
     pool_app: Callable[[HostPool], str] = lambda pool: pool.deployment,
 ) -> ModelApps:
-    """Applications and host content for ``sources`` (each at its generation).  GPU shares are split evenly
-    among the dedicated instances planned here that Triton would put on a GPU.  ``pool_app``: the Serve
-    application of a host pool."""
+    """Applications and host content for ``sources`` (each at its generation) on a cluster with ``gpus``:
+    :func:`~serve_app.placement.plan_placement`'s plan, bound.  ``pool_app``: the Serve application of a
+    host pool."""
+    plan = plan_placement(sources, generations, settings, gpus, autoscaling, pool_app)
+    return model_apps(plan, sources, settings, token, autoscaling)
+
+
+def model_apps(
+    plan: PlacementPlan,
+    sources: Mapping[str, ModelSource],
+    settings: ServerSettings,
+    token: bytes,
+    autoscaling: Mapping[str, AutoscalingSpec | None],
+) -> ModelApps:
+    """What Serve runs for ``plan``: each dedicated group's application, each hosted group's load."""
+    out = ModelApps(failed=dict(plan.failed), messages=list(plan.messages))
+    for version in plan.versions:
+        key, source = version.key, sources[version.key.name]
+        config_bytes = source.config.SerializeToString()
+        refs: list[DeploymentRef] = []
+        for placed in version.groups:
+            group = placed.group
+            if placed.pool is not None:
+                load = InstanceLoad(
+                    key, config_bytes, str(version.model_file), group.kind, instance_spec(group), placed.per_host
+                )
+                out.hosted.setdefault(placed.pool.name, []).append(load)
+                out.pools[placed.pool.name] = placed.pool
+                refs.append(DeploymentRef(placed.app, placed.deployment, placed.instances, hosted=True))
+                continue
+            scaling = autoscaling.get(key.name)
+            out.apps[placed.app] = _replica(version, placed, config_bytes, settings, token, scaling)
+            refs.append(DeploymentRef(placed.app, placed.deployment, placed.instances, placed.autoscaled))
+        labels = tuple(source.labels.items())
+        out.served.append(
+            ServedVersion(key.name, key.version, config_bytes, tuple(refs), labels, key.generation, "LOADING")
+        )
+        if version.sequence:
+            slots = SequenceBatchingConfig.from_model_config(source.config).slots
+            spec = SequenceModelSpec(key.label, key.name, slots, version.deployments(), key.generation)
+            out.sequence_models.append(spec)
+    return out
+
+
+def _replica(
+    version: VersionPlan,
+    placed: PlacedGroup,
+    config_bytes: bytes,
+    settings: ServerSettings,
+    token: bytes,
+    scaling: AutoscalingSpec | None,
+) -> Any:
+    """A dedicated group's deployment, bound (one replica per instance)."""
     from ray import serve
 
     from serve_app.rayserve.model_replica import ModelReplica
 
-    out = ModelApps()
-    plans: dict[str, list[ReplicaGroup]] = {}
-    for name, source in sources.items():
-        if source.config.platform == ENSEMBLE_PLATFORM:
-            continue
-        try:
-            plans[name] = plan_replicas(source.config, gpus, cpus_per_instance=settings.instance_cpus)
-        except Exception as exc:
-            out.failed[name] = getattr(exc, "message", str(exc))
-    plans = share_gpus(plans, {n: len(sources[n].versions) for n in plans})
-    for name, source in sources.items():
-        if name in out.failed:
-            continue
-        gen = generations[name]
-        config_bytes = source.config.SerializeToString()
-        labels = tuple(source.labels.items())
-        if name not in plans:  # an ensemble: its steps run from the gateway, it has no instances
-            for version in source.versions:
-                out.served.append(ServedVersion(name, version, config_bytes, (), labels, gen, "LOADING"))
-                out.messages.append(
-                    f"model '{name}' version {version}: ensemble of {', '.join(composing_models(source.config))}"
-                )
-            continue
-        scaling = autoscaling.get(name)
-        sequence = source.config.HasField("sequence_batching")
-        shared = settings.shared_hosts and settings.direct_channel and scaling is None
-        shared = shared and not dedicated_process(source.config)
-        for version, model_file in source.versions.items():
-            refs: list[DeploymentRef] = []
-            where = []
-            for group in plans[name]:
-                if shared:
-                    pool = host_pool(group, gpus, settings.instance_cpus, gateway_pool(settings))
-                    load = InstanceLoad(
-                        ModelKey(name, version, gen),
-                        config_bytes,
-                        str(model_file),
-                        group.kind,
-                        instance_spec(group),
-                        max(1, group.count),
-                    )
-                    out.hosted.setdefault(pool.name, []).append(load)
-                    out.pools[pool.name] = pool
-                    refs.append(
-                        DeploymentRef(pool_app(pool), pool.deployment, hosted_instances(group, pool), hosted=True)
-                    )
-                    where.append(f"{max(1, group.count)}x {group.kind} in each of {pool.replicas} {pool.deployment}(s)")
-                    continue
-                dname = deployment_name(name, version, group.group_index, group.device)
-                aname = app_name(settings.app_name, dname, gen)
-                options = replica_options(
-                    group, settings, scaling, sequence, pip_requirements(model_file.parent.parent)
-                )
-                out.apps[aname] = (
-                    serve.deployment(ModelReplica)
-                    .options(name=dname, **options)
-                    .bind(
-                        name,
-                        version,
-                        config_bytes,
-                        str(model_file),
-                        group.kind,
-                        token,
-                        instance_spec(group),
-                        gen,
-                        settings.app_name,
-                    )
-                )
-                start = scaling.initial_replicas or scaling.min_replicas if scaling else group.num_replicas
-                refs.append(DeploymentRef(aname, dname, max(1, start or 1), scaling is not None))
-                where.append(f"{group.num_replicas}x {group.kind}{_where(group)}")
-            out.served.append(ServedVersion(name, version, config_bytes, tuple(refs), labels, gen, "LOADING"))
-            if sequence:
-                slots = SequenceBatchingConfig.from_model_config(source.config).slots
-                instances: dict[tuple[str, str], int] = {}
-                for r in refs:  # several groups in one pool: one deployment to ask, their instances added up
-                    instances[(r.app, r.name)] = instances.get((r.app, r.name), 0) + r.replicas
-                out.sequence_models.append(
-                    SequenceModelSpec(
-                        ModelKey(name, version).label,
-                        name,
-                        slots,
-                        tuple((app, dep, n) for (app, dep), n in instances.items()),
-                        gen,
-                    )
-                )
-            scaled = f", autoscaling {scaling.min_replicas}..{scaling.max_replicas}" if scaling else ""
-            out.messages.append(f"model '{name}' version {version}: deploying ({', '.join(where)}{scaled})")
-    return out
-
-
-def gateway_pool(settings: ServerSettings) -> tuple[str, str, int] | None:
-    """The gateways, when they hold the shared CPU instances themselves: (deployment, application, replicas)."""
-    return ("gateway", settings.app_name, settings.gateway_replicas) if settings.cpu_instances_in_gateway else None
+    key, group = version.key, placed.group
+    pip = pip_requirements(version.model_file.parent.parent)
+    options = replica_options(group, settings, scaling, version.sequence, pip)
+    return (
+        serve.deployment(ModelReplica)
+        .options(name=placed.deployment, **options)
+        .bind(
+            key.name,
+            key.version,
+            config_bytes,
+            str(version.model_file),
+            group.kind,
+            token,
+            instance_spec(group),
+            key.generation,
+            settings.app_name,
+        )
+    )
 
 
 def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:
@@ -261,11 +225,3 @@ def replica_options(
         # count instances on this GPU index of each node that has it, as Triton on every node would.
         options["max_replicas_per_node"] = group.max_per_node
     return options
-
-
-def _where(group: ReplicaGroup) -> str:
-    if group.device is not None:
-        return f" on GPU {group.device} ({group.count} per node)"
-    if group.num_gpus:
-        return f" ({group.num_gpus:g} GPU each)"
-    return ""

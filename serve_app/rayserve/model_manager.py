@@ -26,10 +26,9 @@ from typing import Any
 from ray import serve
 
 from serve_app.autoscale import AutoscalingSpec, autoscaling_spec, load_override_file
-from serve_app.config import ENSEMBLE_PLATFORM
-from serve_app.config.ensemble_deps import composing_models, ensemble_problems, load_waves
+from serve_app.config.ensemble_deps import load_waves
 from serve_app.errors import ServeError, as_serve_error
-from serve_app.hosting import InstanceHost, InstanceLoad
+from serve_app.hosting import InstanceLoad
 from serve_app.keys import ModelKey
 from serve_app.observability.log_settings import LogSettings
 from serve_app.observability.trace_settings import NewSetting
@@ -37,14 +36,15 @@ from serve_app.placement import ClusterGpus
 from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
 from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
-from serve_app.rayserve.host_pools import HostPools
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
+from serve_app.rayserve.pool_content import PoolContent
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
-from serve_app.scheduling.rate_limiter import Needs, check_resources
+from serve_app.service.admission import admit
+from serve_app.service.model_books import DeployResults, Generation, ModelBooks, Stale
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
 
@@ -85,14 +85,9 @@ class ModelManager(StopsOnShutdown):
         self._changed = asyncio.Condition()
         # Revisions only grow, also across manager restarts (gateways ignore states older than theirs).
         self._revision = time.time_ns() // 1_000_000
-        self._served: dict[str, list[ServedVersion]] = {}  # model -> its served versions (one generation)
-        self._apps: dict[str, list[str]] = {}  # model -> its Serve applications (dedicated instances)
-        self._hosted: dict[str, set[str]] = {}  # model -> its instance groups in shared hosts
-        self._pools = HostPools(settings)
+        self._books = ModelBooks()  # what each model serves and on what, and why the others don't
+        self._pools = PoolContent(settings)
         self._diagnostics = DiagnosticsOwner(settings)  # trace and log settings, for every gateway
-        self._sequence: dict[str, list[SequenceModelSpec]] = {}
-        self._failed: dict[str, str] = {}  # model -> why nothing of it is served
-        self._unannounced: dict[str, set[str]] = {}  # model -> its groups starting gateways have yet to load
         self._next_generation = time.time_ns() // 1_000_000  # unique across manager restarts
         self._gpus = gpus if gpus is not None else await asyncio.to_thread(wait_for_gpus, settings, logger.info)
         orphans = await asyncio.to_thread(self._own_apps)
@@ -120,7 +115,7 @@ class ModelManager(StopsOnShutdown):
 
     async def sequence_models(self) -> tuple[int, tuple[SequenceModelSpec, ...]]:
         """For the sequence router (also when Serve restarts it): the loaded sequence models, and as of when."""
-        return self._revision, tuple(m for ms in self._sequence.values() for m in ms)
+        return self._revision, self._books.sequence_models()
 
     async def hosting(self, pool: str) -> tuple[int, tuple[InstanceLoad, ...]]:
         """What every host of ``pool`` holds (as of a revision)."""
@@ -138,11 +133,12 @@ class ModelManager(StopsOnShutdown):
         failures = {group: error for group, error in statuses.items() if error}
         revision = await self.hosting_failed(pool, failures) if failures else self._revision
         loaded = set(statuses) - set(failures)
-        for name, groups in list(self._unannounced.items()):
+        books = self._books
+        for name, groups in list(books.unannounced.items()):
             if groups & loaded:
-                del self._unannounced[name]
-                if name in self._served:
-                    models_log.info(loaded_line(name, _versions(self._served[name])))
+                del books.unannounced[name]
+                if name in books.served:
+                    models_log.info(loaded_line(name, _versions(books.served[name])))
         return revision
 
     async def hosting_failed(self, pool: str, failures: dict[str, str]) -> int:
@@ -150,17 +146,16 @@ class ModelManager(StopsOnShutdown):
         why): their models fail, as a failed load does.  Returns the new revision of the serving state."""
         async with self._lock:
             models = self._pools.models_of(pool, set(failures))
-            reasons = {name: failures[gid] for gid, name in models.items() if name in self._served}
+            reasons = {name: failures[gid] for gid, name in models.items() if name in self._books.served}
             for name, reason in reasons.items():
-                self._unannounced.pop(name, None)
+                self._books.unannounced.pop(name, None)
                 models_log.error(failed_line(name, reason))
             if reasons:
                 await self._remove(sorted(reasons), "", failures=reasons)
             return self._revision
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        states = {v.key.version_key: (v.state, v.reason) for vs in self._served.values() for v in vs}
-        return self.control.index(ready_only, states)
+        return self.control.index(ready_only, self._books.states())
 
     # -- trace and log settings (see rayserve/diagnostics.py) ----------------------------------
     async def diagnostics(self) -> Record:
@@ -197,7 +192,7 @@ class ModelManager(StopsOnShutdown):
             except Exception as exc:
                 err = as_serve_error(exc)
                 models_log.error(failed_line(name, err.message))
-                self._failed[name] = err.message
+                self._books.failed[name] = err.message
                 self.control.load_failed(name, err.message)
         return sources
 
@@ -255,100 +250,50 @@ class ModelManager(StopsOnShutdown):
                 failed_pools.append(self._pools.app_name(pool))
             else:
                 self._pools.deployed[pool.name] = pool
-        hosted_errors = await self._pools.add(plan.hosted, self.settings.load_timeout_s) if plan.hosted else {}
-        for loads in plan.hosted.values():
-            for load in loads:
-                error = hosted_errors.get(InstanceHost.group_id(load))
-                if error:
-                    failures.setdefault(load.key.name, error)
-        states = await self._instance_states(plan)
-        kept: dict[ModelKey, str] = {}  # versions served UNAVAILABLE (keep_failed_instances)
-        for sv in plan.served:
-            for ref in sv.deployments:
-                if app_errors.get(ref.app):
-                    failures.setdefault(sv.name, app_errors[ref.app])
-            bad = states.get(sv.key.version_key)
-            if bad and self.settings.keep_failed_instances:
-                kept[sv.key.version_key] = bad
-            elif bad:
-                failures.setdefault(sv.name, bad)
-        self._fail_ensembles_of(requested, failures)
-        stale: list[str] = list(failed_pools)
-        stale_groups: set[str] = set()
+        group_errors = await self._pools.add(plan.hosted, self.settings.load_timeout_s) if plan.hosted else {}
+        results = DeployResults(app_errors, group_errors, await self._instance_states(plan))
+        new = plan.generations()
+        configs = {name: source.config for name, source in requested.items()}
+        books = self._books
+        kept = books.failures(configs, new, plan.group_models(), results, failures, self.settings.keep_failed_instances)
+        stale = Stale(list(failed_pools))
         for name, source in requested.items():
-            new_apps = [a for sv in plan.served if sv.name == name for a in (r.app for r in sv.deployments)]
-            new_apps = [a for a in new_apps if a in plan.apps]  # the model's own applications, not host pools
+            generation = new.get(name, Generation())
             if name in failures:
-                stale += new_apps
-                stale_groups |= plan.hosted_groups(name)
+                stale.add(generation.apps, generation.groups)
                 if not final:
                     continue
                 models_log.error(failed_line(name, failures[name]))
                 self.control.load_failed(name, failures[name], source.versions)
-                if name not in self._served:  # a failed reload keeps the versions that serve
-                    self._failed[name] = failures[name]
+                books.load_failed(name, failures[name])
                 continue
-            stale += self._apps.get(name, [])
-            stale_groups |= self._hosted.get(name, set())
-            self._served[name] = [_ready(sv, kept.get(sv.key.version_key)) for sv in plan.served if sv.name == name]
-            awaiting = plan.hosted_groups(name) & self._pools.awaiting
+            books.serve(name, generation, kept, stale)
+            awaiting = generation.groups & self._pools.awaiting
             if awaiting:  # loaded once a starting gateway says so (hosting_taken)
-                self._unannounced[name] = awaiting
+                books.unannounced[name] = awaiting
             else:
-                self._unannounced.pop(name, None)
-                models_log.info(loaded_line(name, _versions(self._served[name])))
-            self._apps[name] = new_apps
-            self._hosted[name] = plan.hosted_groups(name)
-            self._sequence[name] = [m for m in plan.sequence_models if m.name == name]
-            self._failed.pop(name, None)
+                books.unannounced.pop(name, None)
+                models_log.info(loaded_line(name, _versions(books.served[name])))
             self.control.loaded(name, source)
-        await self._publish(stale, stale_groups)
+        await self._publish(stale.apps, stale.groups)
         return failures
-
-    def _fail_ensembles_of(self, requested: dict[str, ModelSource], failures: dict[str, str]) -> None:
-        """An ensemble loaded with a step that failed (and has no version serving) fails too (in place)."""
-        changed = True
-        while changed:
-            changed = False
-            for name, source in requested.items():
-                if name in failures or source.config.platform != ENSEMBLE_PLATFORM:
-                    continue
-                for step in composing_models(source.config):
-                    if step in failures and step not in self._served:
-                        failures[name] = f"its step model '{step}' failed to load: {failures[step]}"
-                        changed = True
-                        break
 
     def _checked(
         self, sources: dict[str, ModelSource]
     ) -> tuple[dict[str, ModelSource], dict[str, Any], dict[str, str]]:
-        """Drop (and record) models whose ensemble steps or autoscaling settings can't be served."""
-        every = {n: s for n, s in ((n, self.control.source(n)) for n in self.control.loaded_names()) if s}
-        every.update(sources)
-        problems = ensemble_problems(
-            {n: s.config for n, s in every.items()}, {n: set(s.versions) for n, s in every.items()}
+        """Drop (and record) models whose ensemble steps, resource needs or autoscaling settings can't be
+        served (``service/admission.py``)."""
+        loaded = {n: s for n, s in ((n, self.control.source(n)) for n in self.control.loaded_names()) if s}
+        out = admit(sources, loaded, self.settings.rate_limit_resources(), self._autoscaling)
+        return out.admitted, out.scaling, out.failures
+
+    def _autoscaling(self, name: str, source: ModelSource) -> AutoscalingSpec | None:
+        return autoscaling_spec(
+            source.config,
+            self._scaling_overrides.get(name),
+            path=str(source.directory / self._repo.config_file(source.directory)),
+            override_path=self.settings.autoscaling_file or "autoscaling override",
         )
-        scaling: dict[str, AutoscalingSpec | None] = {}
-        limits = self.settings.rate_limit_resources()
-        kept: dict[str, ModelSource] = {}
-        failures: dict[str, str] = {}
-        for name, source in sources.items():
-            try:
-                if name in problems:
-                    raise ServeError(problems[name])
-                if limits is not None:
-                    check_resources(name, Needs.from_config(source.config), limits)
-                scaling[name] = autoscaling_spec(
-                    source.config,
-                    self._scaling_overrides.get(name),
-                    path=str(source.directory / self._repo.config_file(source.directory)),
-                    override_path=self.settings.autoscaling_file or "autoscaling override",
-                )
-                kept[name] = source
-            except Exception as exc:
-                message = as_serve_error(exc).message
-                failures[name] = message
-        return kept, scaling, failures
 
     def _run_apps(self, apps: dict[str, Any]) -> dict[str, str]:
         """Start the applications and wait until each runs; returns why those that didn't, didn't."""
@@ -416,23 +361,18 @@ class ModelManager(StopsOnShutdown):
 
     async def _remove(self, names: list[str], reason: str, failures: dict[str, str] | None = None) -> None:
         """Stop serving ``names`` (unloaded with ``reason``, or failed: ``failures`` gives why)."""
-        stale: list[str] = []
-        stale_groups: set[str] = set()
+        stale = Stale()
         for name in names:
-            stale += self._apps.pop(name, [])
-            stale_groups |= self._hosted.pop(name, set())
-            served = self._served.pop(name, None)
-            self._sequence.pop(name, None)
             if failures and name in failures:  # it never really served: listed as failed to load, with why
-                self._failed[name] = failures[name]
+                self._books.remove(name, failures[name], stale)
                 self.control.unloaded(name)
                 self.control.load_failed(name, failures[name])
             else:
-                self._failed[name] = reason
+                served = self._books.remove(name, reason, stale)
                 self.control.unloaded(name)
                 if served:
                     models_log.info(unloaded_line(name))
-        await self._publish(stale, stale_groups, unloading=True)
+        await self._publish(stale.apps, stale.groups, unloading=True)
 
     async def _publish(self, stale: list[str], stale_groups: set[str] | None = None, unloading: bool = False) -> None:
         """New revision: the router first (so STARTs find new models), then every gateway (each returns
@@ -461,9 +401,7 @@ class ModelManager(StopsOnShutdown):
                 logger.info("a gateway did not take revision %d now (it pulls it later): %s", self._revision, answer)
 
     def _snapshot(self) -> ServingState:
-        served = tuple(v for name in sorted(self._served) for v in self._served[name])
-        failed = tuple(sorted((n, r) for n, r in self._failed.items() if n not in self._served))
-        return ServingState(self._revision, served, failed)
+        return self._books.snapshot(self._revision)
 
     # -- poll mode --------------------------------------------------------------------------------
     async def _poll_forever(self) -> None:
@@ -486,8 +424,7 @@ class ModelManager(StopsOnShutdown):
                     message = as_serve_error(exc).message
                     models_log.error(failed_line(name, message))
                     self.control.load_failed(name, message)
-                    if name not in self._served:
-                        self._failed[name] = message
+                    self._books.load_failed(name, message)
             if sources:
                 await self._load_models(sources)
             if changes.removed:
@@ -507,7 +444,7 @@ class ModelManager(StopsOnShutdown):
         """The server's application is going away: so do its models' applications."""
         if self._poller is not None:
             self._poller.cancel()
-        apps = [a for names in self._apps.values() for a in names]
+        apps = [a for names in self._books.apps.values() for a in names]
         apps += [self._pools.app_name(pool) for pool in self._pools.deployed.values()]
         if apps:
             try:
@@ -544,12 +481,6 @@ def _fits(required: str, available: str) -> bool:
 
 def _versions(served: list[ServedVersion]) -> list[tuple[int, str, str]]:
     return [(v.version, v.state, v.reason) for v in served]
-
-
-def _ready(sv: ServedVersion, failure: str | None = None) -> ServedVersion:
-    from dataclasses import replace
-
-    return replace(sv, state="UNAVAILABLE", reason=failure) if failure else replace(sv, state="READY", reason="")
 
 
 def _load_error(name: str, reason: str) -> ServeError:

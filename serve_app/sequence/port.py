@@ -9,6 +9,7 @@ is resolved again whenever its channel breaks (``transport/router_client.py``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from serve_app.inference.options import CorrId
@@ -24,6 +25,7 @@ from serve_app.sequence.messages import (
     StateBackups,
     StepResult,
 )
+from serve_app.sequence.router import SequenceRouter
 from serve_app.transport.pool import ChannelPool
 from serve_app.transport.router_client import RouterClient
 
@@ -91,3 +93,32 @@ class ChannelSequencePort:
     async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
         client = await self._pool.get(assignment.address)
         return client.send(step)
+
+
+class InProcessSequencePort:
+    """A :class:`SequencePort` whose router and instances are in this process (the local server's): the same
+    logic as over channels, called directly.  ``send`` runs a step on the instance it names."""
+
+    def __init__(self, key: str, router: SequenceRouter, send: Callable[[SequenceStep], Awaitable[StepResult]]) -> None:
+        self._key = key
+        self._router = router
+        self._send = send
+
+    async def assign(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        return await self._router.assign(self._key, corr_id, timeout_us)
+
+    async def lookup(self, corr_id: CorrId, timeout_us: int = 0) -> Assignment:
+        return await self._router.lookup(self._key, corr_id, timeout_us)
+
+    async def recover(self, corr_id: CorrId, failed_instance: str, step_id: int) -> Recovery:
+        return await self._router.recover(self._key, corr_id, failed_instance, step_id)
+
+    def backup(self, backup: StateBackup) -> None:
+        self._router.assigner(self._key).backed_up("", (backup,))
+
+    def backlog_deadline(self, corr_id: CorrId, timeout_us: int) -> None:
+        self._router.shorten(self._key, corr_id, timeout_us)
+
+    async def dispatch(self, assignment: Assignment, step: SequenceStep) -> asyncio.Future[StepResult]:
+        # A task starts in creation order and queues its step before its first await: steps keep their order.
+        return asyncio.ensure_future(self._send(step))

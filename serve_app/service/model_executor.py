@@ -1,8 +1,9 @@
 """Where a model version's executions run: the port the service schedules onto.
 
-Two hosts implement it: the Ray gateway's executor (instances are Serve
-replicas, reached over direct channels) and the local host's (instances in
-this process, for tests, tools and Ray-free serving).
+Two executors implement it: the Ray gateway's (instances in Serve replicas,
+reached over direct channels, or held by the gateway itself) and the
+in-process one (``hosting/in_process.py``: the local server's instances, in
+its own process, for tests, tools and Ray-free serving).
 """
 
 from __future__ import annotations

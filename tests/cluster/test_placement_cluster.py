@@ -83,7 +83,7 @@ def model_app(app: str, deployment: str) -> str:
 def plan_report(repo: pathlib.Path, settings: ServerSettings, gpus: ClusterGpus) -> list[str]:
     """What the model manager logs when it plans the repository's models on ``gpus``."""
     from serve_app.errors import ServeError
-    from serve_app.rayserve.model_apps import plan_model_apps
+    from serve_app.placement import plan_placement
     from serve_app.repository import ModelRepository
 
     report, sources = [], {}
@@ -92,7 +92,7 @@ def plan_report(repo: pathlib.Path, settings: ServerSettings, gpus: ClusterGpus)
             report.append(f"model '{name}': failed to load: {source.message}")
         else:
             sources[name] = source
-    plan = plan_model_apps(sources, dict.fromkeys(sources, 0), settings, gpus, b"", {})
+    plan = plan_placement(sources, dict.fromkeys(sources, 0), settings, gpus, {})
     return report + plan.messages + [f"model '{n}': failed to load: {r}" for n, r in plan.failed.items()]
 
 

@@ -1,7 +1,7 @@
 """In-process integration: the real repository, backends, service and both front ends, without Ray.
 
 ``local_service(repo_dir)`` serves a repository as the Ray gateway does (registry,
-service, schedulers) but runs every model instance in this process (:class:`LocalHost`).
+service, schedulers) but runs every model instance in this process (:class:`LocalService`).
 The HTTP app is driven through httpx's ASGI transport; the gRPC server binds a
 free loopback port and is stopped after each test.
 """
@@ -20,7 +20,7 @@ from serve_app.grpc_server import start_grpc_server
 from serve_app.http_server import build_http_app
 from serve_app.inference.types import InferRequest, InferResponse
 from serve_app.keys import ModelKey
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.runtime import ModelInstance
 from serve_app.service import InferenceService
 from tests.support.net import free_port
@@ -29,9 +29,9 @@ from tests.support.repos import (
 )
 
 
-def local_service(repo_dir: str | pathlib.Path) -> LocalHost:
-    """Every model of ``repo_dir`` served in this process (:class:`LocalHost`)."""
-    return LocalHost.from_repository(repo_dir)
+def local_service(repo_dir: str | pathlib.Path) -> LocalService:
+    """Every model of ``repo_dir`` served in this process (:class:`LocalService`)."""
+    return LocalService.from_repository(repo_dir)
 
 
 async def infer(service: InferenceService, request: InferRequest) -> InferResponse:

@@ -14,7 +14,7 @@ from serve_app.errors import InvalidArgument, ServeError
 from serve_app.http_server import build_http_app
 from serve_app.inference.types import InferRequest, InferTensor, RequestedOutput
 from serve_app.keys import ModelKey
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.service import InferenceService, ModelRegistry, ModelState, ServedModel
 from serve_app.service.registry import ensemble_readiness
 from serve_app.stats import ModelStats
@@ -29,7 +29,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferenceServi
     example_models.add_sub(repo)
     example_models.add_sub_ensemble(repo)
     example_models.add_sub_ensemble(repo, name="broken_ensemble", step_model="missing")
-    host = LocalHost.from_repository(repo)
+    host = LocalService.from_repository(repo)
     yield host.service
     host.close()
 
@@ -96,7 +96,8 @@ async def test_invalid_request_is_checked_against_the_ensemble(service: Inferenc
 
 
 async def test_step_error_names_the_ensemble(service: InferenceService, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = service.executor._instances[ModelKey("add_sub", 1)].backend  # type: ignore[attr-defined]
+    (held,) = service.executor.host.of(ModelKey("add_sub", 1))  # type: ignore[attr-defined]
+    backend = held.instance.backend
 
     def broken(inputs: dict, names: list) -> dict:  # type: ignore[type-arg]
         raise RuntimeError("step exploded")

@@ -11,7 +11,7 @@ import pytest
 
 from scripts import python_models
 from serve_app.inference.types import InferRequest, InferTensor, StreamItem
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.service import InferenceService
 from tests.e2e import ensemble_models
 
@@ -21,7 +21,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferenceServi
     repo = tmp_path_factory.mktemp("decoupled_ensemble_repo")
     python_models.square(repo)
     ensemble_models.decoupled_ensemble(repo)
-    host = LocalHost.from_repository(repo)
+    host = LocalService.from_repository(repo)
     yield host.service
     host.close()
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripts import example_models
 from serve_app.http_server import build_http_app
 from serve_app.http_server.metrics import build_metrics_app
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.metrics_options import MetricsOptions
 from serve_app.service import InferenceService
 
@@ -31,7 +31,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferenceServi
     example_models.add_sub(repo, name="plain")
     example_models.add_sub(repo, name="custom", extra_config=BUCKETS)
     options = MetricsOptions.parse(["histogram_latencies=true", "summary_latencies=true", "summary_quantiles=0.5:0.05"])
-    host = LocalHost.from_repository(pathlib.Path(repo), metrics=options)
+    host = LocalService.from_repository(pathlib.Path(repo), metrics=options)
     yield host.service
     host.close()
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from serve_app.http_server import build_metrics_app
 from serve_app.inference.types import InferRequest, InferTensor
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 
 CONFIG = """
 name: "py_counting"
@@ -85,7 +85,7 @@ def write(repo: pathlib.Path, name: str, config: str, model: str) -> None:
 async def test_a_models_own_metrics_reach_the_metrics_port(tmp_path: pathlib.Path) -> None:
     write(tmp_path, "py_counting", CONFIG, MODEL)
     write(tmp_path, "py_counting_stream", STREAMING_CONFIG, STREAMING_MODEL)
-    host = LocalHost.from_repository(tmp_path)
+    host = LocalService.from_repository(tmp_path)
     try:
         service = host.service
         for value in (1.0, 2.0):

@@ -13,7 +13,7 @@ import pytest
 from scripts import python_models
 from serve_app.http_server import build_http_app
 from serve_app.inference.types import InferRequest, InferTensor
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.service import InferenceService
 
 WARMUP = """model_warmup [ { name: "zeros" batch_size: 1 count: 2
@@ -44,7 +44,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferenceServi
     python_models.echo_text(repo)
     (repo / "py_ensemble" / "1").mkdir(parents=True)
     (repo / "py_ensemble" / "config.pbtxt").write_text(ENSEMBLE)
-    host = LocalHost.from_repository(repo)
+    host = LocalService.from_repository(repo)
     yield host.service
     host.close()
 

@@ -82,13 +82,13 @@ async def in_process(
     """The real service and front ends over a temporary repository, without Ray; yields (targets, service)."""
     from serve_app.grpc_server import start_grpc_server
     from serve_app.http_server import build_http_app
-    from serve_app.local.host import LocalHost
+    from serve_app.local.service import LocalService
     from tests.support.net import free_port
 
     with contextlib.ExitStack() as stack:
         if repo is None:
             repo = build_fuzz_repository(pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory())))
-        host = LocalHost.from_repository(repo)
+        host = LocalService.from_repository(repo)
         service = host.service
         service.repository = AcceptingControl(service)
         port = free_port()

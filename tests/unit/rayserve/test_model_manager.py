@@ -1,7 +1,8 @@
 """ModelManager without Ray: a manager built without its async __init__ over a real ModelControl and
 ModelRepository (models from scripts/example_models.py); _checked (ensemble and autoscaling problems per
 model), _deploy's bookkeeping with the Ray calls faked (reloads, failed reloads, kept failed instances),
-_snapshot and index; and plan_model_apps (Serve applications bound, not run)."""
+_snapshot and index; and plan_model_apps (Serve applications bound, not run).  The books' own rules:
+tests/unit/service/test_model_books.py."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from scripts import example_models
 from serve_app.autoscale import AutoscalingSpec
 from serve_app.errors import InvalidArgument
 from serve_app.keys import ModelKey
-from serve_app.placement import ClusterGpus
+from serve_app.placement import ClusterGpus, app_name, deployment_name
 from serve_app.rayserve.console import MODELS_LOGGER
-from serve_app.rayserve.model_apps import ModelApps, app_name, deployment_name, plan_model_apps
-from serve_app.rayserve.model_manager import ModelManager, _load_error, _ready
+from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
+from serve_app.rayserve.model_manager import ModelManager, _load_error
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl
+from serve_app.service.model_books import ModelBooks
 from serve_app.service.serving_state import ServedVersion
 from serve_app.settings import ServerSettings
 
@@ -63,8 +65,7 @@ class Manager:
         mgr._scaling_overrides = overrides or {}
         mgr._lock = asyncio.Lock()
         mgr._revision = 100
-        mgr._served, mgr._apps, mgr._hosted, mgr._sequence, mgr._failed = {}, {}, {}, {}, {}
-        mgr._unannounced = {}
+        mgr._books = ModelBooks()
         mgr._pools = SimpleNamespace(  # type: ignore[assignment]
             deployed={}, app_name=lambda pool: pool.deployment, awaiting=set()
         )
@@ -161,7 +162,7 @@ async def test_reload_makes_the_old_generations_applications_stale(repo: pathlib
     await m.mgr._deploy(m.sources("add_sub"))
     await m.mgr._deploy(m.sources("add_sub"))
     assert m.published == [[], ["serve_app--add_sub.v1.g0--1001"]]
-    assert m.mgr._apps == {"add_sub": ["serve_app--add_sub.v1.g0--1002"]}
+    assert m.mgr._books.apps == {"add_sub": ["serve_app--add_sub.v1.g0--1002"]}
     assert [v.generation for v in m.mgr._snapshot().served] == [1002]
 
 
@@ -237,8 +238,8 @@ def served(name: str, version: int, state: str = "READY", reason: str = "") -> S
 
 def test_snapshot_lists_served_versions_by_model_and_failures_of_models_not_served(repo: pathlib.Path) -> None:
     mgr = Manager(repo).mgr
-    mgr._served = {"b": [served("b", 1)], "a": [served("a", 1), served("a", 2)]}
-    mgr._failed = {"z": "broken", "a": "reload failed", "c": "unloaded"}
+    mgr._books.served = {"b": [served("b", 1)], "a": [served("a", 1), served("a", 2)]}
+    mgr._books.failed = {"z": "broken", "a": "reload failed", "c": "unloaded"}
     state = mgr._snapshot()
     assert state.revision == 100
     assert [(v.name, v.version) for v in state.served] == [("a", 1), ("a", 2), ("b", 1)]
@@ -247,7 +248,7 @@ def test_snapshot_lists_served_versions_by_model_and_failures_of_models_not_serv
 
 async def test_index_shows_served_states_over_what_the_control_knows(repo: pathlib.Path) -> None:
     mgr = Manager(repo).mgr
-    mgr._served = {"add_sub": [served("add_sub", 1, "LOADING")]}
+    mgr._books.served = {"add_sub": [served("add_sub", 1, "LOADING")]}
     assert await mgr.index() == [
         IndexEntry("add_sub", "1", "LOADING", ""),
         IndexEntry("broken_ens", "", "", ""),
@@ -256,10 +257,7 @@ async def test_index_shows_served_states_over_what_the_control_knows(repo: pathl
     assert await mgr.index(ready_only=True) == []
 
 
-def test_ready_and_load_error_helpers() -> None:
-    sv = served("m", 1, "LOADING")
-    assert (_ready(sv).state, _ready(sv).reason) == ("READY", "")
-    assert (_ready(sv, "died").state, _ready(sv, "died").reason) == ("UNAVAILABLE", "died")
+def test_load_error_helper() -> None:
     assert _load_error("m", "why").message == "load failed for model 'm': why"
 
 
@@ -319,7 +317,7 @@ def test_plan_lists_sequence_models_for_the_router(tmp_path: pathlib.Path) -> No
 
 # -- shared hosts -------------------------------------------------------------------------------------
 class FakePools:
-    """HostPools with the gateways as the CPU pool: pushes find no gateway yet (the server is starting)."""
+    """PoolContent with the gateways as the CPU pool: pushes find no gateway yet (the server is starting)."""
 
     def __init__(self) -> None:
         self.deployed: dict[str, Any] = {}
@@ -359,7 +357,7 @@ async def test_a_group_a_gateway_failed_to_load_as_it_started_fails_its_model(re
 
     m.mgr._publish = publish  # type: ignore[method-assign]
     await m.mgr.load("add_sub")
-    assert m.run == [] and "add_sub" in m.mgr._served  # no application to deploy: the gateways hold it
+    assert m.run == [] and "add_sub" in m.mgr._books.served  # no application to deploy: the gateways hold it
     (group,) = pools.content
     revision = await m.mgr.hosting_failed("cpu", {group: "warmup sample 'x' failed"})
     assert revision == m.mgr._revision and published[-1] == {group}

@@ -24,10 +24,10 @@ from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferTensor, ParamValue
-from serve_app.local.executor import LocalSequencePort
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.sequence.instance import SequenceInstance
 from serve_app.sequence.messages import BACKLOG_TIMEOUT, InstanceEvents
+from serve_app.sequence.port import InProcessSequencePort
 from serve_app.sequence.router import SequenceRouter
 from serve_app.sequence.scheduler import SequenceScheduler
 from tests.support.clock import FakeClock
@@ -85,7 +85,7 @@ class Stack:
         )  # fmt: skip
         self.router.instance_up("dyna:1", "i0", ("local", 0))
         self.signature = ModelSignature.from_config(config, "1")
-        port = LocalSequencePort("dyna:1", self.router, self.instance)
+        port = InProcessSequencePort("dyna:1", self.router, self.instance.step)
         self.scheduler = SequenceScheduler(config, self.signature, port, clock=self.clock)
 
     def send(

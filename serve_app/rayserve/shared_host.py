@@ -1,11 +1,12 @@
-"""A process's part in a pool of shared hosts: its instances, its channel, and the pool's content it follows.
+"""A shared host: one process's part in a host pool, its instance host, its channel, and the pool's content
+it follows.
 
 Every host of a pool holds the same content: the model manager pushes it
 (``apply``), and a host that starts later, or restarts, fetches it with a long
 poll on the manager, as gateways follow the serving state.  The host's one
-channel carries every instance's batches, steps and polls.  Shared hosts
-(``host_replica.py``) are pool hosts and nothing else; a gateway that holds
-its node's CPU instances is one too.
+channel carries every instance's batches, steps and polls.  A pool's own
+replicas (``host_replica.py``) are shared hosts and nothing else; a gateway
+that holds its node's CPU instances is one too.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from serve_app.transport import ChannelServer
 logger = logging.getLogger("serve_app")
 
 
-class PoolHost:
+class SharedHost:
     def __init__(self, pool: HostPool, manager: Any, *, devices: bool = True, link: Any = None) -> None:
         """``devices``: set ``CUDA_VISIBLE_DEVICES`` for the pool's kind (a process that only hosts); ``link``:
         what Python models held here call the server through."""

@@ -1,4 +1,4 @@
-"""LocalHost.from_repository on small real ONNX models: a model that fails to load (its instance, its warmup, its
+"""LocalService.from_repository on small real ONNX models: a model that fails to load (its instance, its warmup, its
 config) is listed UNAVAILABLE with its reason while the others serve, warmups count in the statistics, and
 ensembles whose steps can't be served don't serve."""
 
@@ -12,12 +12,12 @@ import pytest
 from scripts import example_models
 from serve_app.errors import Unavailable
 from serve_app.keys import ModelKey
-from serve_app.local.host import LocalHost
+from serve_app.local.service import LocalService
 from serve_app.repository.api import IndexEntry
 from serve_app.service import ModelState
 
 DIMS = 4
-LoadHost = Callable[[pathlib.Path], LocalHost]
+LoadHost = Callable[[pathlib.Path], LocalService]
 
 
 def warmup(name: str = "zeros", batch_size: int = 2, count: int = 3, input_name: str = "INPUT0") -> str:
@@ -35,11 +35,11 @@ def corrupt(repo: pathlib.Path, name: str) -> None:
 
 @pytest.fixture
 def load_host() -> Iterator[LoadHost]:
-    """LocalHost.from_repository, closing every host it made after the test."""
-    hosts: list[LocalHost] = []
+    """LocalService.from_repository, closing every host it made after the test."""
+    hosts: list[LocalService] = []
 
-    def load(repo: pathlib.Path) -> LocalHost:
-        hosts.append(LocalHost.from_repository(repo))
+    def load(repo: pathlib.Path) -> LocalService:
+        hosts.append(LocalService.from_repository(repo))
         return hosts[-1]
 
     yield load
@@ -47,7 +47,7 @@ def load_host() -> Iterator[LoadHost]:
         host.close()
 
 
-def entries(host: LocalHost) -> dict[str, IndexEntry]:
+def entries(host: LocalService) -> dict[str, IndexEntry]:
     return {e.name: e for e in host.service.repository_index()}
 
 
@@ -124,7 +124,7 @@ def test_server_name_is_what_metadata_reports(tmp_path: pathlib.Path) -> None:
         build_parser().parse_args(["--model-repository", str(tmp_path), "--server-name", "triton"])
     )
     assert settings.server_name == "triton"
-    host = LocalHost.from_repository(tmp_path, server_name=settings.server_name)
+    host = LocalService.from_repository(tmp_path, server_name=settings.server_name)
     try:
         assert host.service.server_metadata().name == "triton"
     finally:

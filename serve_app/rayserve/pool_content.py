@@ -1,4 +1,4 @@
-"""The model manager's side of shared hosting: the pools' Serve applications and what their hosts hold.
+"""The model manager's side of shared hosting: the host pools' Serve applications and their content.
 
 Each pool (``placement/pools.py``) is one Serve application of its own with
 one deployment of :class:`~serve_app.rayserve.host_replica.HostReplica`.
@@ -27,7 +27,7 @@ logger = logging.getLogger("ray.serve")
 WATCH_TIMEOUT_S = 10.0
 
 
-class HostPools:
+class PoolContent:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.deployed: dict[str, HostPool] = {}  # pools whose application runs
