@@ -173,14 +173,9 @@ def _start(cluster: MultiNode) -> None:
     wait_until(ready, START_TIMEOUT_S, f"serve_app ready (log {cluster.driver_log})", poll_s=1.0)
 
 
-@pytest.fixture(scope="package")  # gone before the rest of the suite runs
-def multinode() -> Iterator[MultiNode]:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"multi-node tests need network namespaces: {reason}")
-    if shutil.which("ray") is None:
-        pytest.skip("multi-node tests need Ray's `ray` command on PATH")
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="mn_", dir="/tmp"))  # short: Ray's socket paths
+def cluster_env(tmp: pathlib.Path) -> dict[str, str]:
+    """The environment of every node's Ray and of the drivers: one auth token (in ``tmp``), this checkout
+    first on the path, and nothing of a Ray cluster this process may know of."""
     token = tmp / "token"
     token.write_text(secrets.token_hex(32))
     env = dict(os.environ)
@@ -193,6 +188,18 @@ def multinode() -> Iterator[MultiNode]:
     )
     for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "CUDA_VISIBLE_DEVICES"):
         env.pop(key, None)
+    return env
+
+
+@pytest.fixture(scope="package")  # gone before the rest of the suite runs
+def multinode() -> Iterator[MultiNode]:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"multi-node tests need network namespaces: {reason}")
+    if shutil.which("ray") is None:
+        pytest.skip("multi-node tests need Ray's `ray` command on PATH")
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="mn_", dir="/tmp"))  # short: Ray's socket paths
+    env = cluster_env(tmp)
     try:
         net = Network(NODES)
     except Exception as exc:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import secrets
 import shlex
 import shutil
 import subprocess
@@ -29,7 +28,7 @@ import pytest
 import yaml
 
 from scripts import example_models
-from tests.multinode.conftest import RAY_PORT, REPO_ROOT, START_TIMEOUT_S, wait_until
+from tests.multinode.conftest import RAY_PORT, REPO_ROOT, START_TIMEOUT_S, cluster_env, wait_until
 from tests.multinode.netns import Network, Node, unavailable_reason
 
 MANIFEST = REPO_ROOT / "deploy" / "k8s" / "rayservice.yaml"
@@ -173,17 +172,7 @@ def kuberay() -> Iterator[KubeRayCluster]:
     if shutil.which("ray") is None or shutil.which("serve") is None:
         pytest.skip("the KubeRay deploy test needs Ray's `ray` and `serve` commands on PATH")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="kr_", dir="/tmp"))
-    token = tmp / "token"
-    token.write_text(secrets.token_hex(32))
-    env = dict(os.environ)
-    env.update(
-        RAY_AUTH_MODE="token",
-        RAY_AUTH_TOKEN_PATH=str(token),
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
-        PYTHONUNBUFFERED="1",
-    )
-    for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "CUDA_VISIBLE_DEVICES"):
-        env.pop(key, None)
+    env = cluster_env(tmp)
     try:
         net = Network(len(GROUPS))
     except Exception as exc:
