@@ -19,6 +19,7 @@ from serve_app.errors import InternalError, InvalidArgument
 from serve_app.inference.signature import ModelSignature
 from serve_app.inference.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from serve_app.limits import RequestLimits
+from serve_app.protocol import http_codec
 from serve_app.protocol.http_codec import decode_infer_request, encode_infer_response, error_body
 from serve_app.protos import model_config_pb2 as mc
 
@@ -687,3 +688,29 @@ def test_binary_data_output_is_the_default_of_unlisted_outputs_only() -> None:
     unlisted = InferRequest("m", parameters={"binary_data_output": True})
     _, json_length = encode_infer_response(out, unlisted)
     assert json_length is not None  # both binary
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"outputs": [{"name": "O", "datatype": "FP32", "shape": [2], "data": [0.1, 1e-05]}]},
+        {"error": "model 'ü' not found"},
+        {"a": [1, 2**63 - 1], "b": [True, False], "c": ["x"], "d": [], "e": {"f": [[1.5], [2.5]]}},
+    ],
+)
+def test_dumps_is_json(doc: dict[str, object]) -> None:
+    assert json.loads(http_codec.dumps(doc)) == doc
+
+
+@pytest.mark.parametrize(
+    "doc", [{"data": [1.0, float("nan")]}, {"data": [[float("inf")]]}, {"p": float("-inf")}, {"big": 2**70}]
+)
+def test_dumps_falls_back_where_orjson_differs(doc: dict[str, object]) -> None:
+    """NaN and infinities stay literals (as Python's JSON writes them and tritonclient reads them); big ints stay."""
+    assert http_codec.dumps(doc) == json.dumps(doc, separators=(",", ":")).encode()
+
+
+def test_parse_accepts_what_pythons_json_accepts() -> None:
+    assert http_codec.parse_json(b'{"data": [NaN, 1]}')["data"][1] == 1  # type: ignore[index]
+    with pytest.raises(InvalidArgument, match="failed to parse the request JSON buffer"):
+        http_codec.parse_json(b'{"data": [1,')
