@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,10 @@ from serve_app.autoscale import LoadMeter
 from serve_app.backends import BackendContext
 from serve_app.config.state_backup import state_backup_enabled
 from serve_app.errors import Draining, Unavailable, as_serve_error
-from serve_app.hosting.messages import InstanceLoad
+from serve_app.hosting.instance_thread import InstanceThread
+from serve_app.hosting.messages import ExecuteOn, InstanceLoad
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
+from serve_app.observability import python_logging
 from serve_app.protos import model_config_pb2 as mc
 from serve_app.runtime import ModelInstance
 from serve_app.runtime.streaming import stream_execution
@@ -81,8 +82,9 @@ class HostedInstance:
             instance_group=load.spec.group_index,
             instance_name=name,
         )
-        # One execution at a time per instance, off the event loop (Triton: one thread per instance).
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{load.key.name}-exec")
+        # One execution at a time per instance, off the event loop (Triton: one thread per instance); the
+        # thread also serves the instance's lane, when it has one.
+        self._thread = InstanceThread(f"{load.key.name}-exec")
         self.meter = LoadMeter(window_s=1.0)  # what autoscaling reads (record_autoscaling_stats)
         self.instance: ModelInstance | None = None
         self.load_error = ""
@@ -181,6 +183,24 @@ class HostedInstance:
         """Batch calls in progress (to pick the least busy of a version's instances)."""
         return self._calls
 
+    def open_lane(self, token: bytes) -> str:
+        """Let gateways on this node send batches straight to this instance's thread (a Unix socket: see
+        :mod:`~serve_app.hosting.instance_thread`); its path, or "" where it has none (a sequence model's steps
+        go through its sequence batcher; a model that failed to load answers on its channel)."""
+        if self.instance is None or self.sequence is not None or not token:
+            return ""
+        return self._thread.open_lane(self._on_lane, token, self.id)
+
+    def _on_lane(self, message: object) -> list[ExecutionResult]:
+        """A lane call, on the instance's thread: what :meth:`execute` does, without the hand-offs."""
+        if not isinstance(message, ExecuteOn) or message.instance != self.id:
+            raise Unavailable(f"a lane of model '{self.key.name}' got {type(message).__name__} for another instance")
+        if message.logs is not None:
+            python_logging.apply(message.logs)
+        if self.stopping:
+            raise Draining(f"model '{self.key.name}' version {self.key.version}: this instance is stopping")
+        return self._run_all(message.executions, time.perf_counter_ns())
+
     def _run_all(self, executions: list[Execution], arrived_ns: int) -> list[ExecutionResult]:
         assert self.instance is not None
         for e in executions:
@@ -250,7 +270,7 @@ class HostedInstance:
         self.stopping = True
         if self.sequence is not None:
             self.sequence.drain()
-        while self._calls and time.monotonic() < deadline:
+        while (self._calls or self._thread.lane_calls) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         if self.sequence is not None and not self.unloading:
             while self.sequence.live_sequences() and time.monotonic() < deadline:

@@ -60,6 +60,7 @@ class _Target:
     instance: str
     client: ChannelClient | None = None
     local: HostedInstance | None = None
+    lane: ChannelClient | None = None  # straight to the instance's thread, when it is on this node
     inflight: int = 0
     logs_sent: LogSettings | None = None  # what its process was last told of the log settings
 
@@ -87,10 +88,10 @@ class _Target:
     def call(self, executions: list[Execution], logs: LogSettings | None = None) -> Awaitable[list[ExecutionResult]]:
         if self.local is not None:
             return self.local.execute(executions)
-        assert self.client is not None
-        result: Awaitable[list[ExecutionResult]] = self.client.call(
-            ExecuteOn(self.instance, executions, self._logs(logs))
-        )
+        # The lane and the channel reach the same process: what one told it, it knows.
+        client = self.lane if self.lane is not None and not self.lane.closed else self.client
+        assert client is not None
+        result: Awaitable[list[ExecutionResult]] = client.call(ExecuteOn(self.instance, executions, self._logs(logs)))
         return result
 
 
@@ -176,6 +177,15 @@ class RayModelExecutor:
         self._call_timeout = call_timeout_s if call_timeout_s > 0 else None
         # The server's current log settings, passed on to the instances' processes as they change.
         self.logs: Callable[[], LogSettings] | None = None
+        self._node: str | None = None
+
+    def _node_id(self) -> str:
+        """This gateway's Ray node (an instance's lane is a Unix socket: only reachable on its node)."""
+        if self._node is None:
+            import ray
+
+            self._node = ray.get_runtime_context().get_node_id()
+        return self._node
 
     async def _router_address(self) -> tuple[str, int]:
         address: tuple[str, int] = await self._router_handle.address.remote()
@@ -338,10 +348,14 @@ class RayModelExecutor:
                 except Exception as exc:  # none running (yet): the next refresh asks again
                     logger.info("no instances of %s found in %s yet: %s", group.key.label, group.name, exc)
             found: dict[str, tuple[str, int]] = {}
+            lanes: dict[str, str] = {}  # instance id -> its lane's socket, for instances on this node
             for answer in answers:
                 if isinstance(answer, list):
-                    for instance, host, port in answer:
+                    for instance, host, port, *lane in answer:
                         found[str(instance)] = (str(host), int(port))
+                        node, _, path = str(lane[0] if lane else "").partition(":")
+                        if path and node == self._node_id():
+                            lanes[str(instance)] = path
             local = {i.id: i for i in self._local.of(group.key)} if self._local is not None else {}
             for instance, target in list(group.targets.items()):
                 if target.closed or (instance not in found and instance not in local):
@@ -350,14 +364,19 @@ class RayModelExecutor:
                 if instance not in group.targets:
                     group.targets[instance] = _Target(instance, local=held)
             for instance, address in found.items():
-                if instance in group.targets:
-                    continue
-                try:
-                    client = await self._pool.get(address)
-                except ChannelBroken as exc:
-                    logger.warning("no channel to %s instance %s at %s: %s", group.name, instance, address, exc)
-                    continue
-                group.targets[instance] = _Target(instance, client=client)
+                if instance not in group.targets:
+                    try:
+                        client = await self._pool.get(address)
+                    except ChannelBroken as exc:
+                        logger.warning("no channel to %s instance %s at %s: %s", group.name, instance, address, exc)
+                        continue
+                    group.targets[instance] = _Target(instance, client=client)
+                target = group.targets[instance]
+                if instance in lanes and (target.lane is None or target.lane.closed):
+                    try:
+                        target.lane = await self._pool.get(lanes[instance])
+                    except ChannelBroken as exc:  # its channel still serves it
+                        logger.warning("no lane to %s instance %s: %s", group.name, instance, exc)
         finally:
             group.refreshed_at = time.monotonic()
             group.refreshing = None

@@ -66,6 +66,7 @@ class ModelReplica(StopsOnShutdown):
         self._token = channel_token
         self._channel: ChannelServer | None = None
         self._address: tuple[str, int] | None = None
+        self._lane: str | None = None  # learned on the first ask for targets
 
     @property
     def instance(self) -> ModelInstance | None:
@@ -116,13 +117,19 @@ class ModelReplica(StopsOnShutdown):
 
     async def targets(
         self, label: str = "", generation: int = -1, sequences: bool = False
-    ) -> list[tuple[str, str, int]]:
-        """(instance id, host, port) of this replica's instance, for gateways (and, with ``sequences``, for the
-        sequence router: only a loaded sequence instance)."""
+    ) -> list[tuple[str, str, int, str]]:
+        """(instance id, host, port, lane) of this replica's instance, for gateways (and, with ``sequences``, for
+        the sequence router: only a loaded sequence instance).  ``lane``: "<node id>:<Unix socket path>" where
+        gateways on this node can send batches straight to the instance's thread ("" when it has none)."""
         address = await self.channel_address()
         if address is None or (sequences and self.one.sequence is None):
             return []
-        return [(self.instance_id, address[0], address[1])]
+        if self._lane is None:
+            import ray
+
+            path = self.one.open_lane(self._token)
+            self._lane = f"{ray.get_runtime_context().get_node_id()}:{path}" if path else ""
+        return [(self.instance_id, address[0], address[1], self._lane)]
 
     async def warmup_figures(self, label: str = "", generation: int = -1) -> list[tuple[int, int, int, int]]:
         """What this instance's warmup executed (Triton counts warmup in the model's statistics)."""

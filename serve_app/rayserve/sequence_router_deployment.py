@@ -155,7 +155,7 @@ class SequenceRouterDeployment(StopsOnShutdown):
             for answer in answers:
                 if not isinstance(answer, list):
                     continue
-                for instance, host, port in answer:
+                for instance, host, port, *_ in answer:
                     found += 1
                     if instance not in self._watched and self._models.get(model.key) is model:
                         address = (str(host), int(port))

@@ -40,6 +40,7 @@ import functools
 import itertools
 import logging
 import pickle
+import socket
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -99,6 +100,37 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
     return pickle.loads(blob[:main_len], buffers=buffers)
 
 
+def recv_exact(sock: socket.socket, n: int) -> memoryview:
+    """``n`` bytes from a blocking socket (EOFError when the peer closed it first)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if not k:
+            raise EOFError("the peer closed the connection")
+        got += k
+    return view
+
+
+def read_message_blocking(sock: socket.socket) -> Any:
+    """:func:`read_message` on a blocking socket (an instance's lane, served on the instance's own thread)."""
+    main_len, count = _HEAD.unpack(recv_exact(sock, _HEAD.size))
+    if count > _MAX_BUFFERS:
+        raise ValueError(f"frame announces {count} buffers")
+    lengths = struct.unpack(f"!{count}Q", recv_exact(sock, 8 * count)) if count else ()
+    if main_len + sum(lengths) > MAX_FRAME_BYTES:
+        raise FrameTooLarge(f"frame of {main_len + sum(lengths)} bytes is over the limit of {MAX_FRAME_BYTES}")
+    blob = recv_exact(sock, main_len + sum(lengths))
+    buffers = []
+    offset = main_len
+    for n in lengths:
+        buffers.append(blob[offset : offset + n])
+        offset += n
+    return pickle.loads(blob[:main_len], buffers=buffers)
+
+
+Address = tuple[str, int] | str  # (host, port), or a Unix socket's path
 Handler = Callable[[Any], Awaitable[Any]]
 OneWay = Callable[[Any], None]
 ONE_WAY = -1
@@ -281,8 +313,10 @@ class ChannelServer:
 class ChannelClient:
     """One connection to one instance; many calls in flight, answered by id."""
 
-    def __init__(self, address: tuple[str, int], tls: ChannelTls | None = None) -> None:
-        """``tls``: the contexts to connect over TLS with; by default Ray's, when Ray runs with TLS."""
+    def __init__(self, address: Address, tls: ChannelTls | None = None) -> None:
+        """``address``: (host, port), or the path of a Unix socket (an instance's lane on this node: no TLS,
+        the socket never leaves the machine); ``tls``: the contexts to connect over TLS with; by default Ray's,
+        when Ray runs with TLS."""
         self.address = address
         self._tls = tls if tls is not None else process_tls()
         self._writer: asyncio.StreamWriter | None = None
@@ -296,9 +330,13 @@ class ChannelClient:
     async def connect(self, token: bytes, timeout: float = 5.0) -> None:
         """Connect and run the handshake: nothing is sent or loaded before the peer has proved the key.
         Raises OSError or TimeoutError (unreachable) or ChannelBroken (the handshake failed)."""
-        host, port = self.address
-        context = self._tls.client if self._tls is not None else None
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), timeout)
+        if isinstance(self.address, str):
+            opening = asyncio.open_unix_connection(self.address)
+        else:
+            host, port = self.address
+            context = self._tls.client if self._tls is not None else None
+            opening = asyncio.open_connection(host, port, ssl=context)
+        reader, writer = await asyncio.wait_for(opening, timeout)
         try:
             await asyncio.wait_for(self._authenticate(token, reader, writer), timeout)
         except (asyncio.IncompleteReadError, ConnectionError, handshake.HandshakeFailed) as exc:

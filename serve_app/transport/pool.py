@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from serve_app.transport.channel import ChannelBroken, ChannelClient
+from serve_app.transport.channel import Address, ChannelBroken, ChannelClient
 
 
 class ChannelPool:
@@ -13,10 +13,10 @@ class ChannelPool:
 
     def __init__(self, token: bytes) -> None:
         self._token = token
-        self._clients: dict[tuple[str, int], ChannelClient] = {}
-        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._clients: dict[Address, ChannelClient] = {}
+        self._locks: dict[Address, asyncio.Lock] = {}
 
-    async def get(self, address: tuple[str, int]) -> ChannelClient:
+    async def get(self, address: Address) -> ChannelClient:
         client = self._clients.get(address)
         if client is not None and not client.closed:
             return client
@@ -38,7 +38,7 @@ class ChannelPool:
             self._clients[address] = client
             return client
 
-    def peek(self, address: tuple[str, int]) -> ChannelClient | None:
+    def peek(self, address: Address) -> ChannelClient | None:
         """The open connection to ``address``, if there is one (no waiting)."""
         client = self._clients.get(address)
         return client if client is not None and not client.closed else None
