@@ -12,7 +12,22 @@ TORCH_VERSION=2.13.0  # the torch extra's pin in pyproject.toml
 TORCH_INDEX_URL=${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
 
 if [[ ! -x "$VENV/bin/python" ]]; then
-    python3 -m venv "$VENV"
+    if ! python3 -m venv "$VENV" 2>/dev/null; then
+        # Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart, in python3-venv: make the virtualenv
+        # without pip, then fetch pip's wheel from PyPI and let it install itself (pip's documented bootstrap).
+        rm -rf "$VENV"
+        python3 -m venv --without-pip "$VENV"
+        wheel_dir=$(mktemp -d)
+        "$VENV/bin/python" - "$wheel_dir" <<'PY'
+import json, sys, urllib.request
+release = json.load(urllib.request.urlopen("https://pypi.org/pypi/pip/json", timeout=60))
+wheel = next(u for u in release["urls"] if u["packagetype"] == "bdist_wheel")
+urllib.request.urlretrieve(wheel["url"], f"{sys.argv[1]}/{wheel['filename']}")
+PY
+        whl=("$wheel_dir"/pip-*.whl)
+        "$VENV/bin/python" "${whl[0]}/pip" install --quiet --disable-pip-version-check --no-index "${whl[0]}"
+        rm -rf "$wheel_dir"
+    fi
 fi
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 extras=$(IFS=,; echo "$*")

@@ -186,8 +186,10 @@ class HostedInstance:
     def open_lane(self, token: bytes) -> str:
         """Let gateways on this node send batches straight to this instance's thread (a Unix socket: see
         :mod:`~serve_app.hosting.instance_thread`); its path, or "" where it has none (a sequence model's steps
-        go through its sequence batcher; a model that failed to load answers on its channel)."""
-        if self.instance is None or self.sequence is not None or not token:
+        go through its sequence batcher, a decoupled model's responses stream over the channel, and a model that
+        failed to load answers on its channel)."""
+        decoupled = self.config.model_transaction_policy.decoupled  # its responses stream over the channel
+        if self.instance is None or self.sequence is not None or decoupled or not token:
             return ""
         return self._thread.open_lane(self._on_lane, token, self.id)
 

@@ -150,7 +150,7 @@ class Gateway(StopsOnShutdown):
     async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:
         return await self.hosting.apply(revision, loads) if self.hosting is not None else {}
 
-    async def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int]]:
+    async def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int, str]]:
         return self.hosting.targets(label, generation, sequences) if self.hosting is not None else []
 
     async def warmup_figures(self, label: str, generation: int) -> list[tuple[int, int, int, int]]:

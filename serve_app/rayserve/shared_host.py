@@ -42,6 +42,8 @@ class SharedHost:
         self._applying = asyncio.Lock()  # a push and the long poll may bring the same content at once
         self._channel: ChannelServer | None = None
         self.address: tuple[str, int] = ("", 0)
+        self._token = b""
+        self._node = ""
         self._watcher: asyncio.Task[None] | None = None
 
     async def start(self, token: bytes) -> None:
@@ -50,6 +52,8 @@ class SharedHost:
             self.link.bind(asyncio.get_running_loop())
         self._channel = ChannelServer(self.host.on_channel, token)
         self.address = await self._channel.start(ray.util.get_node_ip_address())
+        self._token = token
+        self._node = ray.get_runtime_context().get_node_id()
 
     def follow(self) -> None:
         """Keep up with the pool's content from now on (a long poll on the manager)."""
@@ -81,11 +85,19 @@ class SharedHost:
     def _held(self, label: str, generation: int) -> list[HostedInstance]:
         return [i for i in self.host.instances() if i.key.label == label and i.key.generation == generation]
 
-    def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int]]:
-        """(instance id, host, port) of the instances of one load of one model version held here (with
-        ``sequences``, only loaded sequence instances, for the sequence router)."""
+    def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int, str]]:
+        """(instance id, host, port, lane) of the instances of one load of one model version held here (with
+        ``sequences``, only loaded sequence instances, for the sequence router).  ``lane``: "<node id>:<Unix
+        socket path>" where gateways on this node send the instance's batches straight to its thread ("" when
+        it has none)."""
         host, port = self.address
-        return [(i.id, host, port) for i in self._held(label, generation) if not sequences or i.sequence is not None]
+        found = []
+        for i in self._held(label, generation):
+            if sequences and i.sequence is None:
+                continue
+            path = i.open_lane(self._token)
+            found.append((i.id, host, port, f"{self._node}:{path}" if path else ""))
+        return found
 
     def warmup_figures(self, label: str, generation: int) -> list[tuple[int, int, int, int]]:
         """What the warmups of that model version's instances here executed (Triton counts them)."""
