@@ -12,17 +12,19 @@ TORCH_VERSION=2.13.0  # the torch extra's pin in pyproject.toml
 TORCH_INDEX_URL=${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
 
 if [[ ! -x "$VENV/bin/python" ]]; then
-    if ! python3 -m venv "$VENV" 2>/dev/null; then
+    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
         # Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart, in python3-venv: make the virtualenv
         # without pip, then fetch pip's wheel from PyPI and let it install itself (pip's documented bootstrap).
+        echo "python3 -m venv has no pip to install here (no python3-venv): installing pip from PyPI" >&2
         rm -rf "$VENV"
         python3 -m venv --without-pip "$VENV"
         wheel_dir=$(mktemp -d)
         "$VENV/bin/python" - "$wheel_dir" <<'PY'
-import json, sys, urllib.request
-release = json.load(urllib.request.urlopen("https://pypi.org/pypi/pip/json", timeout=60))
+import json, sys, urllib.parse, urllib.request
+api = "https://pypi.org/pypi/pip/json"
+release = json.load(urllib.request.urlopen(api, timeout=60))
 wheel = next(u for u in release["urls"] if u["packagetype"] == "bdist_wheel")
-urllib.request.urlretrieve(wheel["url"], f"{sys.argv[1]}/{wheel['filename']}")
+urllib.request.urlretrieve(urllib.parse.urljoin(api, wheel["url"]), f"{sys.argv[1]}/{wheel['filename']}")
 PY
         whl=("$wheel_dir"/pip-*.whl)
         "$VENV/bin/python" "${whl[0]}/pip" install --quiet --disable-pip-version-check --no-index "${whl[0]}"
