@@ -22,6 +22,7 @@ cores; a GPU host reserves its whole GPU.  Pure: no Ray import.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from serve_app.placement.groups import KIND_CPU, KIND_GPU, KIND_MODEL, ClusterGpus, ReplicaGroup
@@ -84,3 +85,33 @@ def gateways_per_node(replicas: int, nodes: int) -> int:
     if nodes <= 1 or replicas <= 1:
         return 0
     return -(-replicas // nodes)
+
+
+@dataclass(frozen=True)
+class PoolRollout:
+    """What a deploy does with the host pools its plan needs and nothing deploys yet."""
+
+    start: tuple[HostPool, ...]  # one Serve application each, started with the deploy's models
+    adopt: tuple[HostPool, ...]  # hosts that are another deployment's replicas (the gateways): nothing to start
+
+
+def pool_rollout(planned: Mapping[str, HostPool], deployed: Mapping[str, HostPool]) -> PoolRollout:
+    """The pools of a plan (by name) that no deployment holds yet, as started or adopted."""
+    new = [pool for name, pool in planned.items() if name not in deployed]
+    return PoolRollout(
+        tuple(p for p in new if p.in_deployment is None), tuple(p for p in new if p.in_deployment is not None)
+    )
+
+
+def started_pools(
+    start: Iterable[HostPool], failed_apps: Collection[str], app_name: Callable[[HostPool], str]
+) -> tuple[list[HostPool], list[str]]:
+    """Of the pools a deploy started, those now deployed, and the applications of those that failed (their
+    groups' models fail with them; the applications are removed as stale)."""
+    up, failed = [], []
+    for pool in start:
+        if app_name(pool) in failed_apps:
+            failed.append(app_name(pool))
+        else:
+            up.append(pool)
+    return up, failed

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,39 +227,22 @@ class RayModelExecutor:
         return sum(g.live() for g in self._groups.get(key, ())) * self._per_instance
 
     async def execute(self, key: ModelKey, executions: list[Execution]) -> list[ExecutionResult]:
-        groups = self._groups.get(key)
-        if not groups:
-            raise InternalError(f"no deployment serves model '{key.name}' version {key.version}")
-        group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
+        group = self._least_loaded(key)
         for _ in range(MAX_DRAINING_RETRIES):
             target = group.pick() if self._token else None
             if target is None:
                 break
-            target.inflight += 1
-            try:
-                call = target.call(executions, self.logs() if self.logs is not None else None)
-                result: list[ExecutionResult] = await asyncio.wait_for(call, self._call_timeout)
-                return result
-            except asyncio.TimeoutError:
-                # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
-                self._refresh_soon(group)
-                raise Unavailable(
-                    f"model '{key.name}' version {key.version}: its instance did not answer within "
-                    f"{self._call_timeout:g}s"
-                ) from None
-            except Draining:
-                # Stopping (scaled down, reloaded, or its host restarted) before it ran the batch: another
-                # instance takes it.
-                group.drop(target)
-                self._refresh_soon(group)
-            except ChannelBroken as exc:
-                self._refresh_soon(group)
-                raise _broken(key, target, exc) from None
-            except Unavailable:
-                self._refresh_soon(group)
-                raise
-            finally:
-                target.inflight -= 1
+            with self._attempt(key, group, target):
+                try:
+                    call = target.call(executions, self.logs() if self.logs is not None else None)
+                    result: list[ExecutionResult] = await asyncio.wait_for(call, self._call_timeout)
+                    return result
+                except asyncio.TimeoutError:
+                    # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.
+                    raise Unavailable(
+                        f"model '{key.name}' version {key.version}: its instance did not answer within "
+                        f"{self._call_timeout:g}s"
+                    ) from None
         if self._token:
             self._refresh_soon(group)
         if group.hosted:
@@ -278,38 +261,52 @@ class RayModelExecutor:
     async def stream(self, key: ModelKey, execution: Execution) -> AsyncGenerator[tuple[int, PartResult], None]:
         """A decoupled execution on the least busy instance, its responses as they come.  Over a channel
         only: each response crosses as it is sent, with the channel's back-pressure."""
-        groups = self._groups.get(key)
-        if not groups:
-            raise InternalError(f"no deployment serves model '{key.name}' version {key.version}")
-        group = groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
+        group = self._least_loaded(key)
         for _ in range(MAX_DRAINING_RETRIES):
             target = group.pick() if self._token else None
             if target is None:
                 break
-            target.inflight += 1
-            started = False
-            try:
+            started: list[bool] = []  # a response went out: a Draining after it ends the stream
+            with self._attempt(key, group, target, answered=started):
                 logs = self.logs() if self.logs is not None else None
                 async with contextlib.aclosing(target.stream(execution, logs)) as items:
                     async for item in items:
-                        started = True
+                        started[:] = [True]
                         yield item
                 return
-            except Draining:
-                if started:
-                    raise
-                group.drop(target)
-                self._refresh_soon(group)
-            except ChannelBroken as exc:
-                self._refresh_soon(group)
-                raise _broken(key, target, exc) from None
-            except Unavailable:
-                self._refresh_soon(group)
-                raise
-            finally:
-                target.inflight -= 1
         self._refresh_soon(group)
         raise Unavailable(f"model '{key.name}' version {key.version}: none of its instances is reachable now")
+
+    def _least_loaded(self, key: ModelKey) -> _Group:
+        groups = self._groups.get(key)
+        if not groups:
+            raise InternalError(f"no deployment serves model '{key.name}' version {key.version}")
+        return groups[0] if len(groups) == 1 else min(groups, key=_Group.load)
+
+    @contextlib.contextmanager
+    def _attempt(
+        self, key: ModelKey, group: _Group, target: _Target, answered: list[bool] | None = None
+    ) -> Iterator[None]:
+        """One try of a call on ``target``: counted in its load; a ``Draining`` refusal (stopping: scaled down,
+        reloaded, or its host restarted, before it ran anything) is swallowed so the caller tries another
+        instance, unless ``answered`` (a stream's) says a response already went out; a broken channel or an
+        unavailable instance ends the call, and the group's instances are looked up again soon."""
+        target.inflight += 1
+        try:
+            yield
+        except Draining:
+            if answered:
+                raise
+            group.drop(target)
+            self._refresh_soon(group)
+        except ChannelBroken as exc:
+            self._refresh_soon(group)
+            raise _broken(key, target, exc) from None
+        except Unavailable:
+            self._refresh_soon(group)
+            raise
+        finally:
+            target.inflight -= 1
 
     # -- channel upkeep -------------------------------------------------------------
     def _refresh_soon(self, group: _Group) -> None:

@@ -35,13 +35,16 @@ from serve_app.settings import ServerSettings
 
 # Our replicas never block their event loop (models run in an executor thread),
 # so Serve can run user code and the handle router on the replica's main loop
-# and skip two cross-thread hand-offs per call.
+# and skip two cross-thread hand-offs per call.  Serve's own metrics (its
+# request counters; ours are on the metrics port) are exported once a second
+# instead of ten times: every replica and every handle a gateway holds runs that
+# loop on its event loop (about 2% of a busy gateway's loop in py-spy).
 REPLICA_ENV = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
 }
 
-# One access-log line per Ray call costs CPU on the hot path; errors are still logged.
 # How long a stopping instance may finish its work (in-flight batches; live sequences when scaled down).
 GRACEFUL_SHUTDOWN_S = 30.0
 

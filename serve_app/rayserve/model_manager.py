@@ -33,6 +33,7 @@ from serve_app.keys import ModelKey
 from serve_app.observability.log_settings import LogSettings
 from serve_app.observability.trace_settings import NewSetting
 from serve_app.placement import ClusterGpus
+from serve_app.placement.pools import pool_rollout, started_pools
 from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
 from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
@@ -235,21 +236,17 @@ class ModelManager(StopsOnShutdown):
             logger.info(message)
         failures.update(plan.failed)
         apps = dict(plan.apps)
-        new_pools = [pool for name, pool in plan.pools.items() if name not in self._pools.deployed]
-        for pool in [p for p in new_pools if p.in_deployment is not None]:  # the gateways: nothing to deploy
+        rollout = pool_rollout(plan.pools, self._pools.deployed)
+        for pool in rollout.adopt:
             self._pools.deployed[pool.name] = pool
-            new_pools.remove(pool)
-        for pool in new_pools:
+        for pool in rollout.start:
             manager = serve.get_deployment_handle("model_manager", self.settings.app_name)
             options = pool_options(pool, self.settings)
             apps[self._pools.app_name(pool)] = self._pools.bound(pool, self._token, manager, options)
         app_errors = await asyncio.to_thread(self._run_apps, apps) if apps else {}
-        failed_pools = []
-        for pool in new_pools:
-            if app_errors.get(self._pools.app_name(pool)):
-                failed_pools.append(self._pools.app_name(pool))
-            else:
-                self._pools.deployed[pool.name] = pool
+        up, failed_pools = started_pools(rollout.start, {a for a, e in app_errors.items() if e}, self._pools.app_name)
+        for pool in up:
+            self._pools.deployed[pool.name] = pool
         group_errors = await self._pools.add(plan.hosted, self.settings.load_timeout_s) if plan.hosted else {}
         results = DeployResults(app_errors, group_errors, await self._instance_states(plan))
         new = plan.generations()

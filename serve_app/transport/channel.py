@@ -85,13 +85,29 @@ class FrameTooLarge(ValueError):
 
 
 async def read_message(reader: asyncio.StreamReader) -> Any:
-    main_len, count = _HEAD.unpack(await reader.readexactly(_HEAD.size))
+    main_len, count = _counts(await reader.readexactly(_HEAD.size))
+    lengths = _lengths(main_len, count, await reader.readexactly(8 * count) if count else b"")
+    return _load(memoryview(await reader.readexactly(main_len + sum(lengths))), main_len, lengths)
+
+
+def _counts(head: bytes | memoryview) -> tuple[int, int]:
+    """A frame's pickle length and buffer count, from its first bytes."""
+    main_len, count = _HEAD.unpack(head)
     if count > _MAX_BUFFERS:
         raise ValueError(f"frame announces {count} buffers")
-    lengths = struct.unpack(f"!{count}Q", await reader.readexactly(8 * count)) if count else ()
+    return int(main_len), int(count)
+
+
+def _lengths(main_len: int, count: int, raw: bytes | memoryview) -> tuple[int, ...]:
+    """The buffers' lengths; the whole frame is refused, unread, when it is over the limit."""
+    lengths: tuple[int, ...] = struct.unpack(f"!{count}Q", raw) if count else ()
     if main_len + sum(lengths) > MAX_FRAME_BYTES:
         raise FrameTooLarge(f"frame of {main_len + sum(lengths)} bytes is over the limit of {MAX_FRAME_BYTES}")
-    blob = memoryview(await reader.readexactly(main_len + sum(lengths)))
+    return lengths
+
+
+def _load(blob: memoryview, main_len: int, lengths: tuple[int, ...]) -> Any:
+    """The message: its pickle, with its buffers as zero-copy views of ``blob``."""
     buffers = []
     offset = main_len
     for n in lengths:
@@ -115,19 +131,9 @@ def recv_exact(sock: socket.socket, n: int) -> memoryview:
 
 def read_message_blocking(sock: socket.socket) -> Any:
     """:func:`read_message` on a blocking socket (an instance's lane, served on the instance's own thread)."""
-    main_len, count = _HEAD.unpack(recv_exact(sock, _HEAD.size))
-    if count > _MAX_BUFFERS:
-        raise ValueError(f"frame announces {count} buffers")
-    lengths = struct.unpack(f"!{count}Q", recv_exact(sock, 8 * count)) if count else ()
-    if main_len + sum(lengths) > MAX_FRAME_BYTES:
-        raise FrameTooLarge(f"frame of {main_len + sum(lengths)} bytes is over the limit of {MAX_FRAME_BYTES}")
-    blob = recv_exact(sock, main_len + sum(lengths))
-    buffers = []
-    offset = main_len
-    for n in lengths:
-        buffers.append(blob[offset : offset + n])
-        offset += n
-    return pickle.loads(blob[:main_len], buffers=buffers)
+    main_len, count = _counts(recv_exact(sock, _HEAD.size))
+    lengths = _lengths(main_len, count, recv_exact(sock, 8 * count) if count else b"")
+    return _load(recv_exact(sock, main_len + sum(lengths)), main_len, lengths)
 
 
 Address = tuple[str, int] | str  # (host, port), or a Unix socket's path

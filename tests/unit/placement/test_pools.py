@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from serve_app.placement import ClusterGpus, gateways_per_node, host_pool, hosted_instances
 from serve_app.placement.groups import KIND_CPU, KIND_GPU, KIND_MODEL, ReplicaGroup
+from serve_app.placement.pools import HostPool, PoolRollout, pool_rollout, started_pools
 
 THREE_NODES = ClusterGpus(total=4, indexed={0: 2, 1: 2}, cpu_nodes=3)
 
@@ -53,3 +54,27 @@ def test_gateways_spread_evenly_over_the_nodes() -> None:
     assert gateways_per_node(2, 3) == 1
     assert gateways_per_node(4, 3) == 2
     assert gateways_per_node(2, 1) == 0 and gateways_per_node(1, 3) == 0 and gateways_per_node(3, 0) == 0
+
+
+def _pool(name: str, in_deployment: tuple[str, str] | None = None) -> HostPool:
+    return HostPool(name, KIND_CPU, 1, 0.01, in_deployment=in_deployment)
+
+
+def test_rollout_starts_new_pools_and_adopts_the_gateways() -> None:
+    cpu_in_gateways = _pool("cpu", ("gateway", "serve_app"))
+    gpu0, model = _pool("gpu0"), _pool("model")
+    rollout = pool_rollout({"cpu": cpu_in_gateways, "gpu0": gpu0, "model": model}, {"model": model})
+    assert rollout.start == (gpu0,)  # "model" is deployed already
+    assert rollout.adopt == (cpu_in_gateways,)  # the gateways are its hosts: nothing to start
+
+
+def test_rollout_of_a_plan_already_deployed_is_empty() -> None:
+    gpu0 = _pool("gpu0")
+    assert pool_rollout({"gpu0": gpu0}, {"gpu0": gpu0}) == PoolRollout((), ())
+
+
+def test_started_pools_splits_by_their_applications_outcome() -> None:
+    gpu0, gpu1 = _pool("gpu0"), _pool("gpu1")
+    up, failed = started_pools([gpu0, gpu1], {"app--host-gpu1"}, lambda p: f"app--{p.deployment}")
+    assert up == [gpu0]
+    assert failed == ["app--host-gpu1"]
