@@ -379,3 +379,51 @@ def test_a_gateway_tells_each_instance_process_of_log_settings_once() -> None:
     assert target._logs(first) is None
     assert target._logs(changed) == changed
     assert target._logs(None) is None
+
+
+# -- lanes ------------------------------------------------------------------------------------------
+async def test_refresh_connects_the_lanes_of_instances_on_this_node_and_calls_go_over_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    g = group()
+    handle(g).answers = [
+        [("here", "h", 1, "node-a:/tmp/lane-here.sock"), ("there", "h2", 2, "node-b:/tmp/lane-there.sock")],
+        [("plain", "h", 1, ""), ("old", "h", 3)],  # no lane; an answer of three (a replica of an older build)
+    ]
+    ex = RayModelExecutor(inflight_per_instance=1, channel_token=b"token")
+    ex._node = "node-a"
+    clients: dict[object, FakeClient] = {}
+
+    async def get(address: object) -> FakeClient:
+        return clients.setdefault(address, FakeClient())
+
+    monkeypatch.setattr(ex._pool, "get", get)
+    await ex._refresh(g)
+    assert sorted(g.targets) == ["here", "old", "plain", "there"]
+    assert g.targets["here"].lane is clients["/tmp/lane-here.sock"]
+    assert all(g.targets[i].lane is None for i in ("there", "plain", "old"))  # another node's socket: not reachable
+    await g.targets["here"].call(EXECUTIONS)
+    assert [type(p) for p in clients["/tmp/lane-here.sock"].payloads] == [ExecuteOn]
+    assert clients[("h", 1)].payloads == []  # the channel carried nothing of "here"'s batch
+
+
+async def test_a_closed_lane_falls_back_to_the_channel_and_is_reconnected_on_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lane, channel = FakeClient(), FakeClient()
+    t = _Target("i1", client=channel, lane=lane)  # type: ignore[arg-type]
+    lane.closed = True
+    await t.call(EXECUTIONS)
+    assert channel.payloads and not lane.payloads
+    g = group(t)
+    handle(g).answers = [[("i1", "h", 1, "node-a:/tmp/lane.sock")]]
+    ex = RayModelExecutor(inflight_per_instance=1, channel_token=b"token")
+    ex._node = "node-a"
+    fresh = FakeClient()
+
+    async def get(address: object) -> FakeClient:
+        return fresh
+
+    monkeypatch.setattr(ex._pool, "get", get)
+    await ex._refresh(g)
+    assert g.targets["i1"] is t and t.lane is fresh
