@@ -153,7 +153,7 @@ class InstanceThread(Executor):
         self.lane_calls += 1
         try:
             message = (call_id, True, self._handler(payload))
-        except Exception as exc:  # the caller gets the error; the connection stays up
+        except BaseException as exc:  # the caller gets the error; the connection and this thread stay up
             message = (call_id, False, as_serve_error(exc))
         finally:
             self.lane_calls -= 1

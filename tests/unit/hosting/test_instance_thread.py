@@ -158,3 +158,23 @@ def test_invalid_argument_is_typed(thread: InstanceThread) -> None:
         client.close()
 
     asyncio.run(main())
+
+
+def test_a_system_exit_in_a_lane_call_fails_only_that_call(thread: InstanceThread) -> None:
+    def handler(payload: object) -> object:
+        if payload == "exit":
+            raise SystemExit(1)
+        return payload
+
+    path = _lane(thread, handler)
+
+    async def main() -> None:
+        client = ChannelClient(path)
+        await client.connect(TOKEN)
+        with pytest.raises(Exception, match="SystemExit"):
+            await client.call("exit")
+        assert await client.call("after") == "after"  # the thread still serves its lane
+        client.close()
+
+    asyncio.run(main())
+    assert thread.submit(lambda: "tasks too").result(timeout=5) == "tasks too"
