@@ -28,7 +28,6 @@ import contextlib
 import functools
 import logging
 import os
-import pickle
 import selectors
 import shutil
 import socket
@@ -143,7 +142,7 @@ class InstanceThread(Executor):
         """Read one call from ``conn``, run it here, answer it."""
         try:
             call_id, payload = read_message_blocking(conn)
-        except (OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        except Exception as exc:  # closed, timed out, or a frame that does not load: only this connection ends
             if not isinstance(exc, (EOFError, ConnectionError)):
                 logger.warning("lane connection closed: %s", exc)
             self._selector.unregister(conn)
