@@ -161,7 +161,7 @@ class InstanceThread(Executor):
         except ResourceExhausted as exc:
             frames = encode((call_id, False, exc))
         try:
-            conn.sendmsg(frames)
+            _send_all(conn, frames)
         except OSError:
             self._selector.unregister(conn)
             conn.close()
@@ -210,3 +210,15 @@ def _run_task(future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]
         future.set_exception(exc)
     else:
         future.set_result(result)
+
+
+def _send_all(conn: socket.socket, frames: list[bytes | memoryview]) -> None:
+    """Every byte of ``frames`` (a socket with a timeout sends what fits and says how much)."""
+    views = [memoryview(f).cast("B") for f in frames]
+    while views:
+        sent = conn.sendmsg(views)
+        while views and sent >= views[0].nbytes:
+            sent -= views[0].nbytes
+            views.pop(0)
+        if views and sent:
+            views[0] = views[0][sent:]

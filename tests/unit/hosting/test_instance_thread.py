@@ -178,3 +178,20 @@ def test_a_system_exit_in_a_lane_call_fails_only_that_call(thread: InstanceThrea
 
     asyncio.run(main())
     assert thread.submit(lambda: "tasks too").result(timeout=5) == "tasks too"
+
+
+def test_large_calls_and_answers_cross_whole(thread: InstanceThread) -> None:
+    import numpy as np
+
+    path = _lane(thread, lambda p: {"doubled": p["x"] * 2})
+    x = np.arange(4 << 20, dtype=np.float32)  # 16 MiB each way: far more than a socket buffer holds
+
+    async def main() -> None:
+        client = ChannelClient(path)
+        await client.connect(TOKEN)
+        answers = await asyncio.gather(*(client.call({"x": x + n}) for n in range(3)))
+        for n, answer in enumerate(answers):
+            np.testing.assert_array_equal(answer["doubled"], (x + n) * 2)
+        client.close()
+
+    asyncio.run(main())
