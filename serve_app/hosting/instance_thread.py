@@ -38,7 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from serve_app.errors import ResourceExhausted, as_serve_error
+from serve_app.errors import as_serve_error
 from serve_app.transport import handshake
 from serve_app.transport.channel import encode, read_message_blocking, recv_exact
 
@@ -158,8 +158,8 @@ class InstanceThread(Executor):
             self.lane_calls -= 1
         try:
             frames = encode(message)
-        except ResourceExhausted as exc:
-            frames = encode((call_id, False, exc))
+        except Exception as exc:  # over the frame limit, or an answer that does not pickle: the caller is told
+            frames = encode((call_id, False, as_serve_error(exc)))
         try:
             _send_all(conn, frames)
         except OSError:
@@ -184,8 +184,11 @@ class InstanceThread(Executor):
                     if key.data is None:
                         with contextlib.suppress(BlockingIOError):
                             self._wake_r.recv(4096)
-                    else:
+                        continue
+                    try:
                         key.data(key.fileobj)
+                    except Exception:  # a lane connection's failure never stops the instance's thread
+                        logger.exception("lane connection failed")
         finally:
             self._close_lane()
 

@@ -195,3 +195,17 @@ def test_large_calls_and_answers_cross_whole(thread: InstanceThread) -> None:
         client.close()
 
     asyncio.run(main())
+
+
+def test_an_answer_that_does_not_pickle_fails_only_its_call(thread: InstanceThread) -> None:
+    path = _lane(thread, lambda p: (lambda: None) if p == "unpicklable" else p)
+
+    async def main() -> None:
+        client = ChannelClient(path)
+        await client.connect(TOKEN)
+        with pytest.raises(Exception, match="pickle"):
+            await asyncio.wait_for(client.call("unpicklable"), 5)
+        assert await client.call("after") == "after"
+        client.close()
+
+    asyncio.run(main())
