@@ -28,6 +28,7 @@ import contextlib
 import functools
 import logging
 import os
+import select
 import selectors
 import shutil
 import socket
@@ -40,13 +41,13 @@ from typing import Any
 
 from serve_app.errors import as_serve_error
 from serve_app.transport import handshake
-from serve_app.transport.channel import encode, read_message_blocking, recv_exact
+from serve_app.transport.channel import FrameBuffer, encode, recv_exact
 
 logger = logging.getLogger("ray.serve")
 
 LaneHandler = Callable[[Any], Any]  # a lane call's payload -> its result (raises: the caller gets the error)
 HANDSHAKE_TIMEOUT_S = 2.0  # a lane connection that has not proved the key by then is closed
-FRAME_TIMEOUT_S = 30.0  # a frame whose first bytes arrived must be whole by then
+SEND_TIMEOUT_S = 30.0  # an answer the gateway does not read by then closes its connection
 _AF_UNIX_PATH_MAX = 107
 
 
@@ -135,19 +136,26 @@ class InstanceThread(Executor):
         except (OSError, EOFError, handshake.HandshakeFailed):
             conn.close()
             return
-        conn.settimeout(FRAME_TIMEOUT_S)
-        self._selector.register(conn, selectors.EVENT_READ, self._serve_one)
+        conn.setblocking(False)
+        self._selector.register(conn, selectors.EVENT_READ, functools.partial(self._serve, FrameBuffer()))
 
-    def _serve_one(self, conn: socket.socket) -> None:
-        """Read one call from ``conn``, run it here, answer it."""
+    def _serve(self, inbox: FrameBuffer, conn: socket.socket) -> None:
+        """Read what ``conn`` sent; run each call now whole, here, and answer it."""
         try:
-            call_id, payload = read_message_blocking(conn)
-        except Exception as exc:  # closed, timed out, or a frame that does not load: only this connection ends
+            inbox.feed(conn)
+            calls = inbox.messages()
+        except Exception as exc:  # closed, or a frame that does not load: only this connection ends
             if not isinstance(exc, (EOFError, ConnectionError)):
                 logger.warning("lane connection closed: %s", exc)
             self._selector.unregister(conn)
             conn.close()
             return
+        for call_id, payload in calls:
+            if not self._answer(conn, call_id, payload):
+                return
+
+    def _answer(self, conn: socket.socket, call_id: int, payload: Any) -> bool:
+        """Run one call and send its answer; False when that closed the connection."""
         assert self._handler is not None
         self.lane_calls += 1
         try:
@@ -165,6 +173,8 @@ class InstanceThread(Executor):
         except OSError:
             self._selector.unregister(conn)
             conn.close()
+            return False
+        return True
 
     # -- the worker ----------------------------------------------------------------
     def _run(self) -> None:
@@ -216,12 +226,18 @@ def _run_task(future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]
 
 
 def _send_all(conn: socket.socket, frames: list[bytes | memoryview]) -> None:
-    """Every byte of ``frames`` (a socket with a timeout sends what fits and says how much)."""
+    """Every byte of ``frames`` on a non-blocking socket: what fits at once, then the rest as the reader takes it
+    (TimeoutError, an OSError, when it takes nothing for :data:`SEND_TIMEOUT_S`)."""
     views = [memoryview(f).cast("B") for f in frames]
     while views:
-        sent = conn.sendmsg(views)
+        try:
+            sent = conn.sendmsg(views)
+        except BlockingIOError:
+            sent = 0
         while views and sent >= views[0].nbytes:
             sent -= views[0].nbytes
             views.pop(0)
         if views and sent:
             views[0] = views[0][sent:]
+        if views and not select.select([], [conn], [], SEND_TIMEOUT_S)[1]:
+            raise TimeoutError("the gateway did not read its answer")

@@ -53,6 +53,7 @@ from serve_app.transport.tls import ChannelTls, process_tls
 logger = logging.getLogger("serve_app")
 
 _HEAD = struct.Struct("!II")
+_RECV_BYTES = 1 << 16  # one lane read: a call of a small model fits whole
 _MAX_BUFFERS = 1 << 16
 MAX_FRAME_BYTES = 1 << 31  # one call or answer: a batch of requests at the front ends' body limit fits
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -90,7 +91,7 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
     return _load(memoryview(await reader.readexactly(main_len + sum(lengths))), main_len, lengths)
 
 
-def _counts(head: bytes | memoryview) -> tuple[int, int]:
+def _counts(head: bytes | bytearray | memoryview) -> tuple[int, int]:
     """A frame's pickle length and buffer count, from its first bytes."""
     main_len, count = _HEAD.unpack(head)
     if count > _MAX_BUFFERS:
@@ -98,7 +99,7 @@ def _counts(head: bytes | memoryview) -> tuple[int, int]:
     return int(main_len), int(count)
 
 
-def _lengths(main_len: int, count: int, raw: bytes | memoryview) -> tuple[int, ...]:
+def _lengths(main_len: int, count: int, raw: bytes | bytearray | memoryview) -> tuple[int, ...]:
     """The buffers' lengths; the whole frame is refused, unread, when it is over the limit."""
     lengths: tuple[int, ...] = struct.unpack(f"!{count}Q", raw) if count else ()
     if main_len + sum(lengths) > MAX_FRAME_BYTES:
@@ -129,11 +130,51 @@ def recv_exact(sock: socket.socket, n: int) -> memoryview:
     return view
 
 
-def read_message_blocking(sock: socket.socket) -> Any:
-    """:func:`read_message` on a blocking socket (an instance's lane, served on the instance's own thread)."""
-    main_len, count = _counts(recv_exact(sock, _HEAD.size))
-    lengths = _lengths(main_len, count, recv_exact(sock, 8 * count) if count else b"")
-    return _load(recv_exact(sock, main_len + sum(lengths)), main_len, lengths)
+class FrameBuffer:
+    """Messages from bytes as a non-blocking socket gives them (an instance's lane, read on the instance's thread).
+
+    One ``recv`` usually brings a whole call, where reading the head, the lengths and the body in turn
+    from a socket with a timeout cost six system calls (a ``poll`` before each ``recv``); a frame
+    still incomplete waits here, holding no thread, until the rest arrives.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, sock: socket.socket) -> None:
+        """What ``sock`` has (call it when readable: EOFError when the peer closed it)."""
+        try:
+            data = sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):  # woken with nothing to read after all
+            return
+        if not data:
+            raise EOFError("the peer closed the connection")
+        self._buf += data
+
+    def messages(self) -> list[Any]:
+        """The messages now whole, in order; their arrays are views of the bytes read (FrameTooLarge,
+        ValueError or an unpickling error for a frame that does not load)."""
+        out: list[Any] = []
+        buf = self._buf
+        while len(buf) >= _HEAD.size:
+            main_len, count = _counts(buf[: _HEAD.size])
+            start = _HEAD.size + 8 * count
+            if len(buf) < start:
+                break
+            lengths = _lengths(main_len, count, buf[_HEAD.size : start])
+            end = start + main_len + sum(lengths)
+            if len(buf) < end:
+                break
+            if end == len(buf):  # the usual case: the buffer is this one frame, and its arrays keep it
+                blob, buf = memoryview(buf)[start:], bytearray()
+            else:
+                blob = memoryview(bytes(buf[start:end]))
+                del buf[:end]
+            out.append(_load(blob, main_len, lengths))
+        self._buf = buf
+        return out
 
 
 Address = tuple[str, int] | str  # (host, port), or a Unix socket's path
