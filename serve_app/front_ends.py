@@ -59,8 +59,9 @@ async def start_front_ends(service: InferenceService, settings: ServerSettings) 
     http_sock = _bind(s.host, s.http_port, "HTTP")
     metrics_sock = _bind(s.host, s.metrics_port, "metrics")
     grpc_sock = _bind(s.host, s.grpc_port, "gRPC")
-    http_app = restrict_http_app(build_http_app(service, limits=limits), http_apis)
-    http, http_task = serve_http(http_app, http_sock, tls)
+    infer_app = build_http_app(service, limits=limits)
+    http_app = restrict_http_app(infer_app, http_apis)
+    http, http_task = serve_http(http_app, http_sock, tls, infer=infer_app, restricted=http_apis)
     metrics, metrics_task = serve_http(build_metrics_app(service), metrics_sock)
     try:
         server = await start_grpc_server(

@@ -17,7 +17,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from serve_app.config import config_to_json
 from serve_app.errors import Cancelled, InvalidArgument, ServeError, as_serve_error
@@ -94,7 +93,7 @@ def _metadata_json(md: ModelMetadata) -> dict[str, Any]:
 
 def build_http_app(
     service: InferenceService, *, limits: RequestLimits = DEFAULT_LIMITS, extra_routes: list[Route] | None = None
-) -> ASGIApp:
+) -> FastInfer:
     """Every v2 route: Starlette's routing, with the infer route taken before it by :class:`FastInfer`."""
 
     def model_args(request: Request) -> tuple[str, str]:

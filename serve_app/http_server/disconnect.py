@@ -40,14 +40,14 @@ async def cancel_on_disconnect(receive: Receive, work: Awaitable[T]) -> T:
     try:
         return await work
     except asyncio.CancelledError:
-        if gone.is_set() and _uncancel(task) == 0:  # our cancellation, not (also) the server's
+        if gone.is_set() and withdraw_cancel(task) == 0:  # our cancellation, not (also) the server's
             raise Cancelled(DISCONNECTED) from None
         raise
     finally:
         listener.cancel()
 
 
-def _uncancel(task: asyncio.Task[Any]) -> int:
+def withdraw_cancel(task: asyncio.Task[Any]) -> int:
     """Withdraw one cancellation request of ``task`` (Python 3.11+); the requests still pending (0 before 3.11,
     which does not count them)."""
     uncancel: Callable[[], int] | None = getattr(task, "uncancel", None)

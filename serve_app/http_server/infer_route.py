@@ -4,7 +4,9 @@ Why: it is the route that carries the load, and Starlette's routing (a regex per
 ``Request`` and ``Response`` objects cost about as much CPU per request as our decode, validation and
 encode together.  Here one regex picks the route and the bytes go to the same :func:`infer_bytes` as the
 Starlette route's.  A traced request takes the Starlette route, whose spans and events it needs; every
-other path goes to the Starlette app unchanged.
+other path goes to the Starlette app unchanged.  The servers the front ends start go one step further
+down: their connections call :meth:`FastInfer.respond` themselves, without ASGI
+(:mod:`~serve_app.http_server.direct_infer`); this ASGI form serves any other host of the app.
 """
 
 from __future__ import annotations
@@ -83,19 +85,30 @@ class FastInfer:
         self.limits = limits
         self.tracing = service.diagnostics.tracing
 
+    def untraced(self, scope: Scope) -> tuple[str, str] | None:
+        """The model name and version of an untraced infer request, or None for any other request."""
+        if scope["method"] != "POST":
+            return None
+        match = INFER_PATH.fullmatch(scope["path"])
+        if match is None or self.tracing(match[1]):
+            return None
+        return match[1], match[2] or ""
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            match = INFER_PATH.fullmatch(scope["path"])
-            if match is not None and not self.tracing(match[1]):
-                status, headers, body = await self._infer(match[1], match[2] or "", scope, receive)
+        if scope["type"] == "http":
+            target = self.untraced(scope)
+            if target is not None:
+                status, headers, body = await self.respond(*target, scope, receive, receive)
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
 
-    async def _infer(
-        self, name: str, version: str, scope: Scope, receive: Receive
+    async def respond(
+        self, name: str, version: str, scope: Scope, receive: Receive, disconnect: Receive | None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The status, headers and body of the response (errors included).  ``disconnect``: the ``receive``
+        that reports the client's disconnect while the inference runs (None: the caller cancels instead)."""
         try:
             model = self.service.model(name, version)
             check_not_decoupled(model)
@@ -109,7 +122,7 @@ class FastInfer:
             declared_length(content_length, self.limits)
             body = await _read_body(receive, self.limits)
             content, json_length = await infer_bytes(
-                self.service, model, name, version, body, header_length, self.limits, receive
+                self.service, model, name, version, body, header_length, self.limits, disconnect
             )
         except Exception as exc:  # never a bare 500 page: always {"error": ...}
             err = as_serve_error(exc)

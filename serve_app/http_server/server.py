@@ -7,6 +7,7 @@ them.  Whoever hosts the front ends (the Ray gateway, the local host) calls :fun
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import ssl
 from typing import Any
@@ -14,7 +15,10 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
+from serve_app.http_server.direct_infer import DirectInferProtocol
 from serve_app.http_server.head import BoundedHeadProtocol
+from serve_app.http_server.infer_route import FastInfer
+from serve_app.security.restricted import RestrictedApis
 from serve_app.security.tls import TlsSettings
 
 
@@ -44,14 +48,25 @@ def uvicorn_tls_options(tls: TlsSettings) -> dict[str, Any]:
 
 
 def serve_http(
-    app: ASGIApp, sock: socket.socket, tls: TlsSettings | None = None
+    app: ASGIApp,
+    sock: socket.socket,
+    tls: TlsSettings | None = None,
+    *,
+    infer: FastInfer | None = None,
+    restricted: RestrictedApis | None = None,
 ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    """Serve ``app`` on ``sock`` in the running loop; the server (``should_exit`` stops it) and its task."""
+    """Serve ``app`` on ``sock`` in the running loop; the server (``should_exit`` stops it) and its task.
+
+    ``infer``: the infer route within ``app``, which the connections then answer without ASGI
+    (:mod:`~serve_app.http_server.direct_infer`), checking ``restricted`` as ``app`` does."""
     options = uvicorn_tls_options(tls) if tls is not None else {}
+    protocol: Any = BoundedHeadProtocol
+    if infer is not None:
+        protocol = functools.partial(DirectInferProtocol, route=infer, restricted=restricted or RestrictedApis())
     config = uvicorn.Config(
         app,
         # uvicorn's httptools protocol; a chunked body wins over a Content-Length; the request head is bounded
-        http=BoundedHeadProtocol,
+        http=protocol,
         log_level="warning",
         access_log=False,
         lifespan="off",

@@ -33,10 +33,12 @@ BODY = json.dumps(
 PATH = f"/v2/models/{ADD_SUB}/infer"
 
 
-@pytest.fixture
-async def port(service: InferenceService) -> AsyncIterator[int]:
+@pytest.fixture(params=["direct", "asgi"])
+async def port(service: InferenceService, request: pytest.FixtureRequest) -> AsyncIterator[int]:
+    """Served as the gateway serves it (the infer route answered by the protocol), and by the ASGI route."""
     sock = reuse_port_socket("127.0.0.1", free_port())
-    server, task = serve_http(build_http_app(service, limits=RequestLimits(max_body_bytes=LIMIT)), sock)
+    app = build_http_app(service, limits=RequestLimits(max_body_bytes=LIMIT))
+    server, task = serve_http(app, sock, infer=app if request.param == "direct" else None)
     while not server.started:
         await asyncio.sleep(0.01)
     yield sock.getsockname()[1]
