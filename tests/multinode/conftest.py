@@ -27,6 +27,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,7 @@ from tests.multinode.netns import Network, Node, unavailable_reason
 # neither, so the fault tests always have a worker to kill whose loss the server is built to survive.
 NODES = 4
 RAY_PORT = 6379
+_RESULT = "RESULT:"  # the line of a Ray script's output that carries its answer
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 NODE_CPUS = 4  # logical CPUs per node (the machine has 2 cores; everything here reserves a small share)
 GPUS_PER_WORKER = 2
@@ -114,11 +116,19 @@ class MultiNode:
         env = dict(self.env, RAY_TMPDIR=str(self.tmp / self.head.name))
         return self.net.run(self.head, [sys.executable, "-c", prelude + code], env, timeout_s)
 
+    def ray_result(self, code: str, value: str) -> Any:
+        """Run ``code`` as :meth:`ray_script` does, then the JSON of the expression ``value`` it leaves.  Found by a
+        marker: Ray may print warnings of its own to the same output (a busy machine's "lagging heartbeats")."""
+        out = self.ray_script(f"{code}\nprint({_RESULT!r} + json.dumps({value}))\n")
+        lines = [line for line in out.splitlines() if line.startswith(_RESULT)]
+        assert lines, f"the script printed no result: {out!r}"
+        return json.loads(lines[-1][len(_RESULT) :])
+
     def alive_nodes(self) -> dict[str, bool]:
         """Ray's view: node address -> alive."""
-        out = self.ray_script("print(json.dumps({n['NodeManagerAddress']: n['Alive'] for n in ray.nodes()}))")
+        nodes = self.ray_result("", "{n['NodeManagerAddress']: n['Alive'] for n in ray.nodes()}")
         seen: dict[str, bool] = {}
-        for address, alive in json.loads(out.strip().splitlines()[-1]).items():
+        for address, alive in nodes.items():
             seen[address] = seen.get(address, False) or bool(alive)
         return seen
 
@@ -130,9 +140,8 @@ class MultiNode:
             "for a in actors().values():\n"
             "    if a['State'] == 'ALIVE':\n"
             "        out.setdefault(a['Address']['IPAddress'], []).append(a['Name'] or a['ActorClassName'])\n"
-            "print(json.dumps(out))\n"
         )
-        return dict(json.loads(self.ray_script(code).strip().splitlines()[-1]))
+        return dict(self.ray_result(code, "out"))
 
     def placement(self, deployment: str, app: str) -> list[dict[str, object]]:
         """Every instance the replicas of a host deployment hold: model, kind, node_ip, ... (``placement()``)."""
@@ -140,9 +149,8 @@ class MultiNode:
             "from ray import serve\n"
             f"handle = serve.get_deployment_handle('{deployment}', '{app}')\n"
             "parts = handle.broadcast('placement').results(timeout_s=60)\n"
-            "print(json.dumps([i for part in parts for i in part]))\n"
         )
-        return list(json.loads(self.ray_script(code).strip().splitlines()[-1]))
+        return list(self.ray_result(code, "[i for part in parts for i in part]"))
 
 
 def _start(cluster: MultiNode) -> None:

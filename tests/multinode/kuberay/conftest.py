@@ -141,7 +141,9 @@ class KubeRayCluster:
             dict(self.env, RAY_TMPDIR=str(self.tmp / self.head.name)),
             120,
         )  # fmt: skip
-        return int(out.strip().splitlines()[-1])
+        # The count is the last line of digits: Ray may print warnings of its own to the same output.
+        counts = [line.strip() for line in out.splitlines() if line.strip().isdigit()]
+        return int(counts[-1]) if counts else 0
 
     def serve_deploy(self, config: dict[str, Any]) -> None:
         """``serve deploy`` of a Serve config file to the head's dashboard, from outside the cluster."""
