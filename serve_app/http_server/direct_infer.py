@@ -23,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCy
 from serve_app.http_server.disconnect import withdraw_cancel
 from serve_app.http_server.head import BoundedHeadProtocol
 from serve_app.http_server.infer_route import FastInfer
+from serve_app.http_server.restricted import asgi_header
 from serve_app.security.restricted import RestrictedApis, http_category
 
 _CLOSE = b"connection: close\r\n"
@@ -41,7 +42,7 @@ class DirectInferProtocol(BoundedHeadProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         scope = cast(Scope, cycle.scope)
         target = self._route.untraced(scope)
-        if target is None or (self._restricted and self._refused(scope["path"], scope["headers"])):
+        if target is None or (self._restricted and self._refused(scope)):
             super()._start_asgi_task(cycle, app)
             return
         task = self.loop.create_task(self._serve(cycle, *target))
@@ -56,14 +57,9 @@ class DirectInferProtocol(BoundedHeadProtocol):
             self._gone = True
             task.cancel()
 
-    def _refused(self, path: str, headers: Any) -> bool:
+    def _refused(self, scope: Scope) -> bool:
         """Whether the restricted APIs refuse it (the ASGI app then answers the 403)."""
-
-        def header(name: str) -> str | None:
-            wanted = name.lower().encode("latin-1")
-            return next((value.decode("latin-1") for key, value in headers if key == wanted), None)
-
-        return self._restricted.refusal(http_category(path), header) is not None
+        return self._restricted.refusal(http_category(scope["path"]), lambda name: asgi_header(scope, name)) is not None
 
     async def _serve(self, cycle: RequestResponseCycle, name: str, version: str) -> None:
         task = self._direct

@@ -17,7 +17,7 @@ class _RestrictedHttp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            refused = self.apis.refusal(http_category(scope["path"]), lambda name: _asgi_header(scope, name))
+            refused = self.apis.refusal(http_category(scope["path"]), lambda name: asgi_header(scope, name))
             if refused is not None:
                 body = {"error": f"This API is restricted, expecting header '{refused.header}'"}
                 await JSONResponse(body, status_code=403)(scope, receive, send)
@@ -30,7 +30,8 @@ def restrict_http_app(app: ASGIApp, apis: RestrictedApis) -> ASGIApp:
     return _RestrictedHttp(app, apis) if apis else app
 
 
-def _asgi_header(scope: Scope, name: str) -> str | None:
+def asgi_header(scope: Scope, name: str) -> str | None:
+    """A request's first value of header ``name`` (any case), from its ASGI scope."""
     wanted = name.lower().encode("latin-1")
     key: bytes
     value: bytes
