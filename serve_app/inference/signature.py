@@ -52,6 +52,8 @@ class TensorSpec:
 
     def matches(self, dims: Sequence[int]) -> bool:
         """Whether ``dims`` (batch dimension already removed) fits ``self.dims``."""
+        if dims == self.dims:  # the usual case: a tuple equal to a shape without wildcards
+            return True
         if len(dims) != len(self.dims):
             return False
         return all(c in (WILDCARD_DIM, d) for c, d in zip(self.dims, dims, strict=True))

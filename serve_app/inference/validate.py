@@ -13,6 +13,8 @@ from serve_app.errors import InvalidArgument
 from serve_app.inference.signature import ModelSignature, format_dims
 from serve_app.inference.types import InferRequest
 
+_INT: frozenset[type] = frozenset({int})
+
 
 def _names(names: list[str] | tuple[str, ...]) -> str:
     # Triton prints name lists as ['A','B'] (no space after the comma).
@@ -41,8 +43,8 @@ def declared_shape(model: str, name: str, shape: Sequence[int]) -> tuple[int, ..
 
     Both codecs call this, so a negative dimension gets Triton's message over HTTP and gRPC alike.
     """
-    dims = tuple(int(d) for d in shape)
-    if any(d < 0 for d in dims):
+    dims = tuple(shape) if _INT.issuperset(map(type, shape)) else tuple(int(d) for d in shape)
+    if dims and min(dims) < 0:
         raise InvalidArgument(
             f"All input dimensions should be specified for input '{name}' for model '{model}', got {format_dims(dims)}"
         )

@@ -104,6 +104,7 @@ class LocalService:
         ensemble_readiness(registry)
         executor = InProcessExecutor(host, router, link)
         service = link.service = InferenceService(registry, executor, **service_options)
+        service.prepare(registry.all_models())
         for model, figures in warmups:
             if figures:
                 service.record_warmup(model, figures)

@@ -52,6 +52,7 @@ SHARED_MEMORY_REGION = shm_codec.REGION
 
 _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _INT_MIN, _INT_MAX, _UINT_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+_INT: frozenset[type] = frozenset({int})  # exactly int: a JSON true is not a dimension
 
 
 # --------------------------------------------------------------------------- request
@@ -110,7 +111,7 @@ def decode_infer_request(
     for item in inputs_json:  # every declared shape is counted before any input is decoded
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             shape = item.get("shape")
-            if isinstance(shape, list) and all(_is_int64(d) for d in shape):
+            if _is_int64_list(shape):
                 dtype = item.get("datatype")
                 budget.add(item["name"], shape, dtype if isinstance(dtype, str) else "")
 
@@ -195,8 +196,11 @@ def _is_uint(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 0
 
 
-def _is_int64(value: object) -> bool:
-    return type(value) is int and _INT_MIN <= value <= _INT_MAX
+def _is_int64_list(value: object) -> TypeGuard[list[int]]:
+    """A JSON array of 64-bit integers (checked in C: the element types, then the extremes)."""
+    if type(value) is not list:
+        return False
+    return not value or (_INT.issuperset(map(type, value)) and min(value) >= _INT_MIN and max(value) <= _INT_MAX)
 
 
 def _decode_input(
@@ -214,7 +218,7 @@ def _decode_input(
     if datatype not in datatypes.BY_WIRE:
         raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
     shape = item.get("shape")
-    if not isinstance(shape, list) or not all(_is_int64(d) for d in shape):
+    if not _is_int64_list(shape):
         raise InvalidArgument(f"Unable to parse 'shape': input '{name}' needs a 'shape' array of 64-bit integers")
     params = _parse_params(item.get("parameters"), f"input '{name}'")
 
@@ -409,9 +413,13 @@ def dumps(doc: object) -> bytes:
     infer response's numbers); with the standard encoder where orjson would differ (NaN and infinities, which
     Python's JSON writes as literals and orjson as null; integers past 64 bits)."""
     try:
-        return orjson.dumps(doc) if _finite(doc) else json.dumps(doc, separators=(",", ":")).encode()
+        out = orjson.dumps(doc)
     except TypeError:  # an integer orjson cannot write
         return json.dumps(doc, separators=(",", ":")).encode()
+    # orjson writes a NaN or an infinity as null: only a document with a null in it needs the walk.
+    if b"null" not in out or _finite(doc):
+        return out
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def _finite(value: object) -> bool:

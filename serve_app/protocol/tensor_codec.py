@@ -27,11 +27,16 @@ from serve_app.errors import InvalidArgument
 
 _LEN = struct.Struct("<I")
 _MAX_DIM = 2**63 - 1  # shapes are int64 on the wire
+_INT: frozenset[type] = frozenset({int})
+# Per float size in bytes: values of smaller magnitude convert without overflow (FP16's and FP32's largest).
+_FINITE_BELOW = {2: 65504.0, 4: 3.4028234663852886e38}
 
 
 def _checked_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, or InvalidArgument."""
     out = tuple(shape)
+    if _INT.issuperset(map(type, out)) and (not out or (min(out) >= 0 and max(out) <= _MAX_DIM)):
+        return out  # the usual case, checked in C
     checked: tuple[object, ...] = out  # the dimensions come from a request: each is checked whatever its type
     for d in checked:
         if type(d) is not int and not isinstance(d, np.integer):
@@ -173,8 +178,6 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 
 def _flatten(values: list[Any]) -> list[Any]:
     """Row-major leaves of a nested list (iterative: JSON may nest deeply)."""
-    if not any(type(v) is list for v in values):
-        return values
     out: list[Any] = []
     stack = [iter(values)]
     while stack:
@@ -186,6 +189,16 @@ def _flatten(values: list[Any]) -> list[Any]:
         else:
             stack.pop()
     return out
+
+
+# The element types each kind of tensor takes from a list (exact types: a bool is not an integer here).
+_BOOL: frozenset[type] = frozenset({bool})
+_NUMBER: frozenset[type] = frozenset({int, float})
+
+
+def _first_not_of(allowed: frozenset[type], name: str, datatype: str, flat: list[Any]) -> InvalidArgument:
+    """The error for the first element whose type ``allowed`` does not hold."""
+    return _type_error(name, datatype, next(v for v in flat if type(v) not in allowed))
 
 
 def _type_error(name: str, datatype: str, value: object) -> InvalidArgument:
@@ -219,7 +232,12 @@ def array_from_list(
         )
     if not isinstance(values, list):
         raise InvalidArgument(f"Unable to parse 'data': expected an array for input '{name}'")
-    flat = _flatten(values)
+    # The element types, gathered in one C-level pass: they say whether to flatten and what to refuse.
+    types = set(map(type, values))
+    flat = values
+    if list in types:
+        flat = _flatten(values)
+        types = set(map(type, flat))
     expected = element_count(dims)
     if len(flat) != expected and json_data:  # an HTTP request's 'data': Triton's QA checks these verbatim
         raise InvalidArgument(FEWER_THAN_SHAPE if len(flat) < expected else MORE_THAN_SHAPE)
@@ -233,14 +251,12 @@ def array_from_list(
         arr = np.empty(expected, dtype=object)
         arr[:] = _encode_strings(name, flat)
     elif kind == "b":
-        for v in flat:
-            if type(v) is not bool:
-                raise _type_error(name, datatype, v)
+        if not _BOOL.issuperset(types):
+            raise _first_not_of(_BOOL, name, datatype, flat)
         arr = np.array(flat, dtype=np.bool_)
     elif kind in "iu":
-        for v in flat:
-            if type(v) is not int:
-                raise _type_error(name, datatype, v)
+        if not _INT.issuperset(types):
+            raise _first_not_of(_INT, name, datatype, flat)
         if flat:
             info = np.iinfo(dt.numpy)
             lo, hi = min(flat), max(flat)
@@ -251,13 +267,15 @@ def array_from_list(
                 )
         arr = np.array(flat, dtype=dt.numpy)
     else:
-        for v in flat:
-            t = type(v)
-            if t is not float and t is not int:
-                raise _type_error(name, datatype, v)
+        if not _NUMBER.issuperset(types):
+            raise _first_not_of(_NUMBER, name, datatype, flat)
         try:
-            with np.errstate(over="ignore"):  # a double beyond FP16/FP32's range becomes inf, as a C cast does
-                arr = np.array(flat, dtype=dt.numpy)
+            bound = _FINITE_BELOW.get(dt.itemsize)
+            if bound is None or not flat or -bound < min(flat) <= max(flat) < bound:
+                arr = np.array(flat, dtype=dt.numpy)  # no value to overflow: numpy's error state need not change
+            else:
+                with np.errstate(over="ignore"):  # a double beyond FP16/FP32's range becomes inf, as a C cast does
+                    arr = np.array(flat, dtype=dt.numpy)
         except OverflowError:
             raise InvalidArgument(
                 f"Unable to parse 'data': value out of range for input '{name}' of type {datatype}"

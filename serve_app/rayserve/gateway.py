@@ -171,6 +171,7 @@ class Gateway(StopsOnShutdown):
                     await self.executor.add_version(model.key, deployments)
             self.registry.apply(changes)
         added = [model for model, _ in changes.added]
+        self.service.prepare(added)
         if added:
             await self._count_warmups(added, await self._first_gateway())
         await asyncio.gather(*(self._retire(m) for m in changes.retired))

@@ -193,7 +193,7 @@ class ModelScheduler:
                 if not self._grants:
                     break  # the rate limiter calls back when this model's resources are free
             batches: list[list[QueuedRequest[Job]]] = []
-            while len(batches) < self._per_call:
+            while len(batches) < self._per_call and len(self.batcher.queue):
                 decision = self.batcher.next_batch(now)
                 self._reject(decision.rejected)
                 if not decision.batch:
@@ -290,7 +290,8 @@ class ModelScheduler:
             for execution, result, group in zip(executions, results, jobs, strict=True):
                 self._complete(execution, result, group, reason, now, now_ms)
         finally:
-            self._pump()
+            if len(self.batcher.queue) or self._limiter is not None:  # nothing waits: nothing to send or arm
+                self._pump()
 
     # -- completion ---------------------------------------------------------------
     def _complete(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from serve_app.cache_config import CacheConfig
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
-from serve_app.errors import InvalidArgument, Unavailable
+from serve_app.errors import InvalidArgument, ServeError, Unavailable
 from serve_app.inference.classification import apply_classification
 from serve_app.inference.custom_metrics import Collected
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
@@ -312,6 +312,14 @@ class InferenceService:
         async with contextlib.aclosing(self._submit_stream(model, request)) as items:
             async for item in items:
                 yield item
+
+    def prepare(self, models: list[ServedModel]) -> None:
+        """Build each ready version's scheduler as it starts being served, so that no request pays for it.
+        A scheduler that can't be built yet (no sequence router runs) stays lazy: each request gets why."""
+        for model in models:
+            if model.state is ModelState.READY:
+                with contextlib.suppress(ServeError):
+                    self.scheduler(model)
 
     def scheduler(self, model: ServedModel) -> Scheduler:
         """The version's scheduler: an ensemble's graph, the sequence batcher's router, or the (dynamic) batcher."""

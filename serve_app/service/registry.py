@@ -40,7 +40,16 @@ class ServedModel:
     state: ModelState = ModelState.READY
     reason: str = ""
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> class labels
-    scheduler: Scheduler | None = None  # made by the service on first use
+    scheduler: Scheduler | None = None  # made by the service when the version is served
+    # What kind of model it is, read from the config once (every request asks).
+    is_ensemble: bool = field(init=False)
+    is_sequence: bool = field(init=False)
+    is_decoupled: bool = field(init=False)  # it answers with a stream (``model_transaction_policy { decoupled }``)
+
+    def __post_init__(self) -> None:
+        self.is_ensemble = self.config.platform == ENSEMBLE_PLATFORM
+        self.is_sequence = self.config.HasField("sequence_batching")
+        self.is_decoupled = self.config.model_transaction_policy.decoupled
 
     @property
     def name(self) -> str:
@@ -49,19 +58,6 @@ class ServedModel:
     @property
     def version(self) -> int:
         return self.key.version
-
-    @property
-    def is_ensemble(self) -> bool:
-        return self.config.platform == ENSEMBLE_PLATFORM
-
-    @property
-    def is_sequence(self) -> bool:
-        return self.config.HasField("sequence_batching")
-
-    @property
-    def is_decoupled(self) -> bool:
-        """It answers a request with a stream of responses (``model_transaction_policy { decoupled: true }``)."""
-        return self.config.model_transaction_policy.decoupled
 
     @classmethod
     def create(
@@ -233,7 +229,7 @@ def ensemble_decoupling(registry: ModelRegistry) -> None:
                     decoupled[id(model)] = changed = True
                     break
     for model in ensembles:
-        model.config.model_transaction_policy.decoupled = decoupled[id(model)]
+        model.config.model_transaction_policy.decoupled = model.is_decoupled = decoupled[id(model)]
 
 
 def ensemble_readiness(registry: ModelRegistry) -> None:

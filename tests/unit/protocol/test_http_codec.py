@@ -710,6 +710,11 @@ def test_dumps_falls_back_where_orjson_differs(doc: dict[str, object]) -> None:
     assert http_codec.dumps(doc) == json.dumps(doc, separators=(",", ":")).encode()
 
 
+@pytest.mark.parametrize("doc", [{"model_name": "null"}, {"data": [None, 1.5]}, {"nullable": [2.5]}])
+def test_dumps_of_a_finite_document_with_null_in_its_text(doc: dict[str, object]) -> None:
+    assert http_codec.dumps(doc) == json.dumps(doc, separators=(",", ":")).encode()
+
+
 def test_parse_accepts_what_pythons_json_accepts() -> None:
     assert http_codec.parse_json(b'{"data": [NaN, 1]}')["data"][1] == 1  # type: ignore[index]
     with pytest.raises(InvalidArgument, match="failed to parse the request JSON buffer"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import warnings
 
@@ -258,3 +259,38 @@ def test_floats_beyond_the_type_become_inf_without_a_warning(datatype: str) -> N
         warnings.simplefilter("error")
         arr = array_from_list("X", datatype, [3], [1e308, -1e308, 1.5])
     assert arr.tolist() == [float("inf"), float("-inf"), 1.5]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values", "named"),
+    [
+        ("FP32", [1.0, True, "2"], "True (bool)"),
+        ("FP32", [1.0, 2, "3"], "'3' (str)"),
+        ("INT32", [1, 2.0], "2.0 (float)"),
+        ("INT32", [1, False], "False (bool)"),
+        ("BOOL", [True, 1], "1 (int)"),
+        ("FP64", [[1.0], [None]], "None (NoneType)"),
+    ],
+)
+def test_list_elements_of_another_type_name_the_first(datatype: str, values: list, named: str) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(f"invalid value {named} for input 'X' of type {datatype}")):
+        array_from_list("X", datatype, [len(values)] if not isinstance(values[0], list) else [2, 1], values)
+
+
+def test_list_floats_at_the_types_largest_stay_finite() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert array_from_list("X", "FP16", [3], [65504.0, -65504, 65519.0]).tolist() == [65504.0, -65504.0, 65504.0]
+        assert np.isfinite(array_from_list("X", "FP32", [1], [3.4028234663852886e38])).all()
+
+
+@pytest.mark.parametrize("shape", [(np.int64(2),), [2], (2,)])
+def test_list_shapes_of_any_integer_kind(shape: tuple) -> None:
+    arr = array_from_list("X", "INT32", shape, [1, 2])
+    assert arr.shape == (2,) and type(arr.shape[0]) is int
+
+
+@pytest.mark.parametrize("shape", [(-1,), (2**63,), (1.0,), (True,)])
+def test_list_shapes_refused(shape: tuple) -> None:
+    with pytest.raises(InvalidArgument, match="invalid shape"):
+        array_from_list("X", "INT32", shape, [1])
