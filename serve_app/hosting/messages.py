@@ -9,6 +9,7 @@ from serve_app.inference.execution import Execution
 from serve_app.keys import ModelKey
 from serve_app.observability.log_settings import LogSettings
 from serve_app.placement import InstanceSpec
+from serve_app.transport import pickling
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class InstanceLoad:
         return f"{self.key.label}.{self.key.generation}.{self.group}.{number}"
 
 
+@pickling.register  # every call to a Python model carries one
 @dataclass(frozen=True, slots=True)
 class ExecuteOn:
     """Gateway to host: run ``executions`` (in order) on instance ``instance``."""

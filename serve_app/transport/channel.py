@@ -47,7 +47,7 @@ from typing import Any
 
 from serve_app.errors import ResourceExhausted, Unavailable, as_serve_error
 from serve_app.inference.cancel import CancelSignal
-from serve_app.transport import handshake
+from serve_app.transport import handshake, pickling
 from serve_app.transport.tls import ChannelTls, process_tls
 
 logger = logging.getLogger("serve_app")
@@ -71,7 +71,7 @@ def encode(message: Any) -> list[bytes | memoryview]:
             return True
         return False
 
-    main = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
+    main = pickling.dumps(message, out_of_band)
     size = len(main) + sum(b.nbytes for b in buffers)
     if size > MAX_FRAME_BYTES:
         raise ResourceExhausted(f"a channel message of {size} bytes is over the channel's limit of {MAX_FRAME_BYTES}")
