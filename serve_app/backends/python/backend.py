@@ -155,6 +155,10 @@ class _LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+def _never() -> bool:
+    return False
+
+
 class _Answers:
     """What a non-decoupled batch's requests sent through their senders (at most one response each).
     ``done[i]`` is set once request ``i`` has its response, or its sender is gone."""
@@ -170,6 +174,10 @@ class _Answers:
                 self.done[index].set()
 
         return emit
+
+    def gone(self, index: int) -> Callable[[object], None]:
+        """What a weak reference to request ``index``'s sender calls once the sender is collected."""
+        return lambda _ref: self.done[index].set()
 
     def wait(self, timeout_s: float) -> None:
         """Until every request has its response (a model may answer after ``execute`` returned None, from a
@@ -354,10 +362,9 @@ class PythonBackend(Backend):
         answers_sent = _Answers(count)
         senders = []  # weakly: a sender the model lets go of unanswered ends the wait for it
         for i, request in enumerate(requests):
-            sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), lambda: False, decoupled=False)
-            request.attach(sender, lambda: False)
-            senders.append(weakref.ref(sender))
-            weakref.finalize(sender, answers_sent.done[i].set)
+            sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), _never, decoupled=False)
+            request.attach(sender, _never)
+            senders.append(weakref.ref(sender, answers_sent.gone(i)))  # held until the end of this call
         del sender, request
         try:
             returned = self._call(self._exec_context, self.model.execute, requests)

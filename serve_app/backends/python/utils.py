@@ -582,21 +582,34 @@ class InferenceRequest:
         timeout_us: int = 0,
     ) -> InferenceRequest:
         """A request as ``execute`` receives it (reserved parameters are the server's, not the model's)."""
-        params = {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS and not k.startswith("triton_")}
-        request = cls(
-            request_id=request_id,
-            correlation_id=correlation_id,
-            inputs=[Tensor(name, _writable(array)) for name, array in inputs.items()],
-            requested_output_names=list(requested),
-            flags=flags,
-            timeout=timeout_us,
+        # Built field by field: everything here comes from the server, already checked (``__init__`` checks
+        # what a model passes), and every request of every batch is built this way.
+        request = cls.__new__(cls)
+        request._id = request_id
+        request._correlation_id = correlation_id
+        request._inputs = [Tensor(name, _writable(array)) for name, array in inputs.items()]
+        request._requested = list(requested)
+        request._model_name = None
+        request._model_version = -1
+        request._flags = flags
+        request._timeout = timeout_us
+        request._parameters = (
+            {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS and not k.startswith("triton_")}
+            if parameters
+            else {}
         )
-        request._parameters = params
+        request._sender = None
+        request._cancelled = _never
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
 
     def attach(self, sender: InferenceResponseSender, cancelled: Callable[[], bool]) -> None:
         self._sender = sender
         self._cancelled = cancelled
+
+
+def _never() -> bool:
+    return False
 
 
 def _text(value: str | bytes) -> str:
