@@ -157,8 +157,9 @@ class HostedInstance:
         return Unavailable(f"model '{self.key.name}' version {self.key.version} failed to load: {self.load_error}")
 
     # -- work ------------------------------------------------------------------------------
-    async def execute(self, executions: list[Execution]) -> list[ExecutionResult]:
-        """Run the executions one call carries, in order, on this instance."""
+    async def execute(self, executions: list[Execution], timeout_s: float | None = None) -> list[ExecutionResult]:
+        """Run the executions one call carries, in order, on this instance (``asyncio.TimeoutError`` when its
+        thread takes longer than ``timeout_s``: a call run inline on the loop is not timed)."""
         if self.instance is None:
             err = self._failed()
             return [ExecutionResult(error=err) for _ in executions]
@@ -171,7 +172,8 @@ class HostedInstance:
                 results = self._run_all(executions, time.perf_counter_ns())
             else:
                 loop = asyncio.get_running_loop()
-                results = await loop.run_in_executor(self._thread, self._run_all, executions, time.perf_counter_ns())
+                running = loop.run_in_executor(self._thread, self._run_all, executions, time.perf_counter_ns())
+                results = await (running if timeout_s is None else asyncio.wait_for(running, timeout_s))
         finally:
             self._calls -= 1
         spent = sum(r.compute_input_ns + r.compute_infer_ns + r.compute_output_ns for r in results)

@@ -85,13 +85,18 @@ class _Target:
         stream: AsyncGenerator[tuple[int, PartResult], None] = self.client.stream(message)
         return stream
 
-    def call(self, executions: list[Execution], logs: LogSettings | None = None) -> Awaitable[list[ExecutionResult]]:
+    def call(
+        self, executions: list[Execution], logs: LogSettings | None, timeout_s: float | None
+    ) -> Awaitable[list[ExecutionResult]]:
+        """The call's results; ``asyncio.TimeoutError`` when they take longer than ``timeout_s`` (None: no limit)."""
         if self.local is not None:
-            return self.local.execute(executions)
+            return self.local.execute(executions, timeout_s)
         # The lane and the channel reach the same process: what one told it, it knows.
         client = self.lane if self.lane is not None and not self.lane.closed else self.client
         assert client is not None
-        result: Awaitable[list[ExecutionResult]] = client.call(ExecuteOn(self.instance, executions, self._logs(logs)))
+        result: Awaitable[list[ExecutionResult]] = client.send(
+            ExecuteOn(self.instance, executions, self._logs(logs)), timeout_s
+        )
         return result
 
 
@@ -234,8 +239,8 @@ class RayModelExecutor:
                 break
             with self._attempt(key, group, target):
                 try:
-                    call = target.call(executions, self.logs() if self.logs is not None else None)
-                    result: list[ExecutionResult] = await asyncio.wait_for(call, self._call_timeout)
+                    logs = self.logs() if self.logs is not None else None
+                    result: list[ExecutionResult] = await target.call(executions, logs, self._call_timeout)
                     return result
                 except asyncio.TimeoutError:
                     # A hung instance (a dead one breaks its channel at once): its callers don't wait for ever.

@@ -188,6 +188,11 @@ _DRAIN_BYTES = 1 << 20  # a stream waits for the socket when this much is buffer
 CLOSED = "the channel to the peer is closed"
 
 
+def _time_out(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(asyncio.TimeoutError())
+
+
 class _Outbox:
     """Frames written in one event-loop turn leave in at most two ``writelines`` (few system calls under load)."""
 
@@ -414,19 +419,25 @@ class ChannelClient:
             raise ChannelBroken(CLOSED)
         self._outbox.put(encode((ONE_WAY, payload)))
 
-    def send(self, payload: Any) -> asyncio.Future[Any]:
-        """Queue one call for writing (calls leave in the order they are sent) and return its result's future."""
+    def send(self, payload: Any, timeout_s: float | None = None) -> asyncio.Future[Any]:
+        """Queue one call for writing (calls leave in the order they are sent) and return its result's future,
+        failed with ``TimeoutError`` when no answer came within ``timeout_s`` (a timer on the future, where
+        ``asyncio.wait_for`` would wrap each call in a task of its own; its answer, if it comes, is dropped)."""
         if self.closed or self._writer is None:
             raise ChannelBroken(CLOSED)
         call_id = next(self._ids)
         frames = encode((call_id, payload))  # over the frame limit: raises here, nothing sent
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         self._pending[call_id] = fut
         self.inflight += 1
+        timer = loop.call_later(timeout_s, _time_out, fut) if timeout_s is not None else None
 
         def done(_: asyncio.Future[Any]) -> None:
             self.inflight -= 1
             self._pending.pop(call_id, None)
+            if timer is not None:
+                timer.cancel()
 
         fut.add_done_callback(done)
         self._outbox.put(frames)

@@ -43,6 +43,10 @@ class FakeClient:
             raise self.raises
         return CHANNEL_RESULT
 
+    def send(self, payload: Any, timeout_s: float | None = None) -> asyncio.Future[Any]:
+        """As ChannelClient.send: the answer's future, failed with TimeoutError after ``timeout_s``."""
+        return asyncio.ensure_future(asyncio.wait_for(self.call(payload), timeout_s))
+
     def close(self) -> None:
         self.closed = True
 
@@ -339,7 +343,7 @@ class FakeHeld:
         self.id = instance_id
         self.ran: list[list[Execution]] = []
 
-    async def execute(self, executions: list[Execution]) -> list[ExecutionResult]:
+    async def execute(self, executions: list[Execution], timeout_s: float | None = None) -> list[ExecutionResult]:
         self.ran.append(executions)
         return SERVE_RESULT
 
@@ -402,7 +406,7 @@ async def test_refresh_connects_the_lanes_of_instances_on_this_node_and_calls_go
     assert sorted(g.targets) == ["here", "old", "plain", "there"]
     assert g.targets["here"].lane is clients["/tmp/lane-here.sock"]
     assert all(g.targets[i].lane is None for i in ("there", "plain", "old"))  # another node's socket: not reachable
-    await g.targets["here"].call(EXECUTIONS)
+    await g.targets["here"].call(EXECUTIONS, None, 30.0)
     assert [type(p) for p in clients["/tmp/lane-here.sock"].payloads] == [ExecuteOn]
     assert clients[("h", 1)].payloads == []  # the channel carried nothing of "here"'s batch
 
@@ -413,7 +417,7 @@ async def test_a_closed_lane_falls_back_to_the_channel_and_is_reconnected_on_ref
     lane, channel = FakeClient(), FakeClient()
     t = _Target("i1", client=channel, lane=lane)  # type: ignore[arg-type]
     lane.closed = True
-    await t.call(EXECUTIONS)
+    await t.call(EXECUTIONS, None, 30.0)
     assert channel.payloads and not lane.payloads
     g = group(t)
     handle(g).answers = [[("i1", "h", 1, "node-a:/tmp/lane.sock")]]

@@ -80,6 +80,27 @@ async def test_concurrent_calls_are_answered_by_id() -> None:
     server.close()
 
 
+async def test_a_call_past_its_timeout_fails_and_its_late_answer_is_dropped() -> None:
+    release = asyncio.Event()
+
+    async def handler(payload: str) -> str:
+        if payload == "slow":
+            await release.wait()
+        return payload
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    with pytest.raises(asyncio.TimeoutError):
+        await client.send("slow", 0.05)
+    assert client.inflight == 0
+    release.set()
+    assert await client.send("next", 5.0) == "next"  # the slow call's answer came first, for no one
+    assert client.inflight == 0
+    client.close()
+    server.close()
+
+
 async def test_wrong_token_is_dropped() -> None:
     async def handler(payload: Any) -> Any:
         return payload
