@@ -131,21 +131,23 @@ def decode_model_infer_request(
     n_raw, n_inputs = len(raw), len(msg.inputs)
     check_counts(model, n_inputs, len(msg.outputs), limits)
 
-    parameters = params_from_pb(msg.parameters)
+    parameters = params_from_pb(msg.parameters) if msg.parameters else {}
     strip_reserved(parameters, GRPC_ALLOWED_RESERVED)
 
+    # Each field read once: every read of a protobuf field builds a Python object.
+    declared = [(io, io.name, io.datatype, io.shape) for io in msg.inputs]
     budget = ElementBudget(model, limits)
-    for io in msg.inputs:  # every declared shape is counted before any input is decoded
-        budget.add(io.name, io.shape, io.datatype)
+    for _, name, datatype, dims in declared:  # every declared shape is counted before any input is decoded
+        budget.add(name, dims, datatype)
 
     inputs: list[InferTensor] = []
     next_raw = 0  # raw entries are taken in order by the inputs without typed contents (extra ones are ignored)
-    for io in msg.inputs:
-        name, datatype = io.name, io.datatype
+    for io, name, datatype, dims in declared:
         if datatype not in datatypes.BY_WIRE:
             raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
-        tparams = params_from_pb(io.parameters)
-        ref = _shm_ref(io)
+        has_params = bool(io.parameters)
+        tparams = params_from_pb(io.parameters) if has_params else {}
+        ref = _shm_ref(io) if has_params else None
         has_contents = io.HasField("contents")
         if ref is not None:
             if has_contents:
@@ -153,7 +155,7 @@ def decode_model_infer_request(
                     f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model "
                     f"'{model}'"
                 )
-            shape = declared_shape(model, name, io.shape)
+            shape = declared_shape(model, name, dims)
             data = shm_codec.input_array(shm, model, name, datatype, shape, ref)
             inputs.append(InferTensor(name, datatype, shape, data, shm_codec.without_shm(tparams)))
             continue
@@ -163,7 +165,7 @@ def decode_model_infer_request(
             )
         if not has_contents and next_raw >= n_raw:
             raise InvalidArgument(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
-        shape = declared_shape(model, name, io.shape)
+        shape = declared_shape(model, name, dims)
         if has_contents:
             data = _from_contents(io, shape, model)
         else:
@@ -173,8 +175,9 @@ def decode_model_infer_request(
 
     outputs: list[RequestedOutput] = []
     for o in msg.outputs:
-        oparams = params_from_pb(o.parameters)
-        ref = _shm_ref(o)
+        has_params = bool(o.parameters)
+        oparams = params_from_pb(o.parameters) if has_params else {}
+        ref = _shm_ref(o) if has_params else None
         if ref is not None:
             if "classification" in oparams:
                 raise InvalidArgument("output can't set both 'shared_memory_region' and 'classification'")

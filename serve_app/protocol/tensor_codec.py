@@ -14,6 +14,7 @@ message in Triton's words; nothing here raises anything else for bad data.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ def element_count(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
+@functools.cache
 def _wire_dtype(dt: DataType) -> np.dtype:
     # Explicit little-endian so the decode is right whatever the host order.
     return cast(np.dtype, dt.numpy.newbyteorder("<"))  # numpy's stubs give Any for dtype[Any].newbyteorder
@@ -146,6 +148,8 @@ def array_to_bytes(datatype: str, array: np.ndarray) -> bytes | memoryview:
     target = _wire_dtype(dt)
     if arr.dtype != target:
         arr = arr.astype(target)
+    elif arr.flags.c_contiguous and arr.size:  # the usual case: the bytes as they are
+        return memoryview(arr).cast("B")  # type: ignore[arg-type]
     arr = np.ascontiguousarray(arr).reshape(-1)
     # ndarray has the buffer protocol, but numpy's stubs declare its __buffer__ only for Python >= 3.12
     return memoryview(arr).cast("B")  # type: ignore[arg-type]
