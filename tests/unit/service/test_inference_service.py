@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from serve_app.errors import InvalidArgument, NotFound, Unavailable
+from serve_app.errors import InternalError, InvalidArgument, NotFound, Unavailable
 from serve_app.inference.execution import Execution, ExecutionResult
 from serve_app.inference.types import InferRequest, InferTensor, ParamValue
 from serve_app.keys import ModelKey
@@ -363,3 +363,32 @@ def test_model_metadata_platform_is_the_backend_for_a_backend_model() -> None:
     assert svc.model_metadata("py").platform == "python"
     assert svc.model_metadata("e").platform == "ensemble"
     assert svc.model_metadata("m").platform == ""
+
+
+# -- prepare() ------------------------------------------------------------------------------------
+def test_prepare_builds_the_schedulers_of_ready_versions_before_any_request() -> None:
+    ready = ServedModel.create("m", 1, config())
+    loading = ServedModel.create("slow", 1, config("slow"), state=ModelState.LOADING)
+    ensemble = ServedModel.create("e", 1, ensemble_config())
+    svc = make_service(ready, loading, ensemble)
+    svc.prepare([ready, loading, ensemble])
+    assert isinstance(ready.scheduler, ModelScheduler) and ensemble.scheduler is not None
+    assert loading.scheduler is None
+
+
+class NoRouterExecutor(FakeExecutor):
+    """As the Ray executor where no sequence router runs."""
+
+    def sequence_port(self, key: ModelKey) -> object:
+        self.ports.append(key)
+        raise InternalError(f"model '{key.name}' has sequence batching but no sequence router runs")
+
+
+async def test_a_scheduler_that_cannot_be_built_at_load_stays_lazy_and_each_request_gets_why() -> None:
+    seq = ServedModel.create("s", 1, config("s", "sequence_batching {}"))
+    executor = NoRouterExecutor()
+    svc = make_service(seq, executor=executor)
+    svc.prepare([seq])  # nothing raised here
+    assert seq.scheduler is None and executor.ports == [seq.key]
+    with pytest.raises(InternalError, match="no sequence router runs"):
+        await svc.infer(seq, request("s", sequence_id=1))
