@@ -170,8 +170,8 @@ class Gateway(StopsOnShutdown):
                 if deployments:  # channels first: a version is served only once it can run
                     await self.executor.add_version(model.key, deployments)
             self.registry.apply(changes)
+        self.service.prepare(self.registry.all_models())  # versions added, and those that became ready
         added = [model for model, _ in changes.added]
-        self.service.prepare(added)
         if added:
             await self._count_warmups(added, await self._first_gateway())
         await asyncio.gather(*(self._retire(m) for m in changes.retired))

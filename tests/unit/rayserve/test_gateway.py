@@ -4,6 +4,7 @@ executor (channels opened and removed), fake Serve handles (warmup figures) and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -218,6 +219,16 @@ async def test_warmups_of_added_versions_count_on_the_only_gateway() -> None:
     stats = gw.service.local_stats()[ModelKey("m", 1)]
     assert (stats.execution_count, stats.inference_count) == (2, 3)
     assert executor.handle.broadcasts == ["warmup_figures"]
+
+
+async def test_a_version_gets_its_scheduler_when_it_is_served_ready() -> None:
+    gw, executor = make_gateway()
+    executor.handle.answers = [[], []]
+    await gw.apply_state(ServingState(1, (dataclasses.replace(served(), state="LOADING"),)))
+    model = gw.registry.versions("m")[0]
+    assert model.scheduler is None  # not served yet: nothing built
+    await gw.apply_state(ServingState(2, (served(),)))
+    assert gw.registry.versions("m")[0] is model and model.scheduler is not None
 
 
 async def test_warmups_are_not_counted_again_when_a_version_only_changes_state() -> None:
