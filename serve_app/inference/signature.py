@@ -8,7 +8,7 @@ plain frozen dataclasses with datatypes already looked up.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from serve_app import datatypes
@@ -17,6 +17,12 @@ from serve_app.errors import InvalidArgument, InvalidConfig
 from serve_app.protos import model_config_pb2 as mc
 
 WILDCARD_DIM = -1
+INT_ONLY: frozenset[type] = frozenset({int})  # exactly int: a bool (JSON's true) or a float is not a dimension
+
+
+def all_ints(values: Iterable[object]) -> bool:
+    """Every element is exactly an ``int``, checked in C: shapes and integer data arrive on every request."""
+    return INT_ONLY.issuperset(map(type, values))
 
 
 def format_dims(dims: Sequence[int]) -> str:

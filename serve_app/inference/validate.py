@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from serve_app.errors import InvalidArgument
-from serve_app.inference.signature import ModelSignature, format_dims
+from serve_app.inference.signature import ModelSignature, all_ints, format_dims
 from serve_app.inference.types import InferRequest
-
-_INT: frozenset[type] = frozenset({int})
 
 
 def _names(names: list[str] | tuple[str, ...]) -> str:
@@ -43,7 +41,7 @@ def declared_shape(model: str, name: str, shape: Sequence[int]) -> tuple[int, ..
 
     Both codecs call this, so a negative dimension gets Triton's message over HTTP and gRPC alike.
     """
-    dims = tuple(shape) if _INT.issuperset(map(type, shape)) else tuple(int(d) for d in shape)
+    dims = tuple(shape) if all_ints(shape) else tuple(int(d) for d in shape)
     if dims and min(dims) < 0:
         raise InvalidArgument(
             f"All input dimensions should be specified for input '{name}' for model '{model}', got {format_dims(dims)}"

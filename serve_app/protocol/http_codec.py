@@ -29,7 +29,7 @@ import orjson
 from serve_app import datatypes
 from serve_app.errors import InternalError, InvalidArgument
 from serve_app.inference.options import strip_reserved
-from serve_app.inference.signature import WILDCARD_DIM, ModelSignature
+from serve_app.inference.signature import WILDCARD_DIM, ModelSignature, all_ints
 from serve_app.inference.types import (
     InferRequest,
     InferResponse,
@@ -52,7 +52,6 @@ SHARED_MEMORY_REGION = shm_codec.REGION
 
 _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _INT_MIN, _INT_MAX, _UINT_MAX = -(2**63), 2**63 - 1, 2**64 - 1
-_INT: frozenset[type] = frozenset({int})  # exactly int: a JSON true is not a dimension
 
 
 # --------------------------------------------------------------------------- request
@@ -200,7 +199,7 @@ def _is_int64_list(value: object) -> TypeGuard[list[int]]:
     """A JSON array of 64-bit integers (checked in C: the element types, then the extremes)."""
     if type(value) is not list:
         return False
-    return not value or (_INT.issuperset(map(type, value)) and min(value) >= _INT_MIN and max(value) <= _INT_MAX)
+    return not value or (all_ints(value) and min(value) >= _INT_MIN and max(value) <= _INT_MAX)
 
 
 def _decode_input(

@@ -17,7 +17,7 @@ import numpy as np
 
 from serve_app import datatypes
 from serve_app.errors import InvalidArgument, ResourceExhausted
-from serve_app.inference.signature import format_dims
+from serve_app.inference.signature import all_ints, format_dims
 from serve_app.limits import RequestLimits
 
 
@@ -44,7 +44,6 @@ def check_body_size(size: int, limits: RequestLimits) -> None:
 # --------------------------------------------------------------------------- JSON nesting
 
 # A JSON string, escapes included: its brackets are text, not structure.
-_INT: frozenset[type] = frozenset({int})
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _DEPTH_CHUNK = 1 << 20
@@ -118,7 +117,7 @@ class ElementBudget:
         """Count input ``name``'s shape (validated elsewhere: negative dims count as none).  A shape whose
         element count, or byte size for ``datatype``, does not fit in an int64 gets Triton's overflow message
         (its QA pins them), whatever the limit."""
-        count = math.prod(shape) if _INT.issuperset(map(type, shape)) and min(shape, default=0) >= 0 else 0
+        count = math.prod(shape) if all_ints(shape) and min(shape, default=0) >= 0 else 0
         if not count and shape:  # a dimension that is not an int, or a negative one (counted as none)
             count = math.prod(max(0, int(d)) for d in shape)
         if count > INT64_MAX:

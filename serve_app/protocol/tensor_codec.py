@@ -25,10 +25,10 @@ import numpy as np
 from serve_app import datatypes
 from serve_app.datatypes import DataType
 from serve_app.errors import InvalidArgument
+from serve_app.inference.signature import INT_ONLY, all_ints
 
 _LEN = struct.Struct("<I")
 _MAX_DIM = 2**63 - 1  # shapes are int64 on the wire
-_INT: frozenset[type] = frozenset({int})
 # Per float size in bytes: values of smaller magnitude convert without overflow (FP16's and FP32's largest).
 _FINITE_BELOW = {2: 65504.0, 4: 3.4028234663852886e38}
 
@@ -36,7 +36,7 @@ _FINITE_BELOW = {2: 65504.0, 4: 3.4028234663852886e38}
 def _checked_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, or InvalidArgument."""
     out = tuple(shape)
-    if _INT.issuperset(map(type, out)) and (not out or (min(out) >= 0 and max(out) <= _MAX_DIM)):
+    if all_ints(out) and (not out or (min(out) >= 0 and max(out) <= _MAX_DIM)):
         return out  # the usual case, checked in C
     checked: tuple[object, ...] = out  # the dimensions come from a request: each is checked whatever its type
     for d in checked:
@@ -259,8 +259,8 @@ def array_from_list(
             raise _first_not_of(_BOOL, name, datatype, flat)
         arr = np.array(flat, dtype=np.bool_)
     elif kind in "iu":
-        if not _INT.issuperset(types):
-            raise _first_not_of(_INT, name, datatype, flat)
+        if not INT_ONLY.issuperset(types):
+            raise _first_not_of(INT_ONLY, name, datatype, flat)
         if flat:
             info = np.iinfo(dt.numpy)
             lo, hi = min(flat), max(flat)
