@@ -153,6 +153,10 @@ class FrameBuffer:
             raise EOFError("the peer closed the connection")
         self._buf += data
 
+    def add(self, data: bytes) -> None:
+        """Bytes an event loop read for us (a protocol's ``data_received``)."""
+        self._buf += data
+
     def messages(self) -> list[Any]:
         """The messages now whole, in order; their arrays are views of the bytes read (FrameTooLarge,
         ValueError or an unpickling error for a frame that does not load)."""
@@ -196,10 +200,14 @@ def _time_out(fut: asyncio.Future[Any]) -> None:
 class _Outbox:
     """Frames written in one event-loop turn leave in at most two ``writelines`` (few system calls under load)."""
 
-    __slots__ = ("_frames", "_scheduled", "_writer")
+    __slots__ = ("_drain", "_frames", "_scheduled", "_writer")
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, writer: asyncio.WriteTransport, drain: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """``drain``: waits until the socket takes more (what :meth:`room` awaits; a server's stream writer's)."""
         self._writer = writer
+        self._drain = drain
         self._frames: list[bytes | memoryview] = []
         self._scheduled = False
 
@@ -222,10 +230,10 @@ class _Outbox:
 
     async def room(self) -> None:
         """Wait while the socket's buffer is full (a stream's back-pressure)."""
-        transport = self._writer.transport
-        if transport.get_write_buffer_size() + sum(len(f) for f in self._frames) > _DRAIN_BYTES:
+        if self._writer.get_write_buffer_size() + sum(len(f) for f in self._frames) > _DRAIN_BYTES:
             self._flush()
-            await self._writer.drain()
+            if self._drain is not None:
+                await self._drain()
 
 
 class ChannelBroken(Unavailable):
@@ -296,7 +304,7 @@ class ChannelServer:
                 await asyncio.wait_for(self._authenticate(reader, writer), HANDSHAKE_TIMEOUT_S)
             finally:
                 self.unauthenticated -= 1
-            outbox = _Outbox(writer)
+            outbox = _Outbox(writer.transport, writer.drain)
             streams: dict[int, asyncio.Task[None]] = {}  # this connection's calls in progress, by id
             signals: dict[int, tuple[CancelSignal | None, ...]] = {}  # their payloads' cancel signals
             while True:
@@ -375,7 +383,6 @@ class ChannelClient:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._streams: dict[int, asyncio.Queue[tuple[int, Any]]] = {}
         self._ids = itertools.count()
-        self._reader_task: asyncio.Task[None] | None = None
         self.closed = False
         self.inflight = 0
 
@@ -398,9 +405,13 @@ class ChannelClient:
         except BaseException:
             writer.close()
             raise
+        # From here on answers are read by a protocol, in the event loop's own callback: no task wakes per
+        # answer and no stream buffer copies it.  Nothing waits in ``reader``: the server has sent nothing
+        # since its proof, as it only ever answers calls.
+        # (The stream writer is kept: one that is garbage-collected closes its transport.)
+        writer.transport.set_protocol(_AnswerReader(self))
         self._writer = writer
-        self._outbox = _Outbox(writer)
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        self._outbox = _Outbox(writer.transport)
 
     @staticmethod
     async def _authenticate(token: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -483,28 +494,17 @@ class ChannelClient:
         if call_id in self._streams and not self.closed:
             self._outbox.put(encode((CANCEL_PART, (call_id, n))))
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        reason = "connection closed"
-        try:
-            while True:
-                call_id, ok, result = await read_message(reader)
-                queue = self._streams.get(call_id)
-                if queue is not None:
-                    queue.put_nowait((ok, result))
-                    continue
-                fut = self._pending.get(call_id)
-                if fut is not None and not fut.done():
-                    if ok:
-                        fut.set_result(result)
-                    else:
-                        fut.set_exception(result)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            reason = f"connection lost ({type(exc).__name__})"
-        except Exception as exc:
-            reason = f"bad frame: {exc}"
-            logger.exception("channel to %s failed", self.address)
-        finally:
-            self._fail(reason)
+    def _answer(self, call_id: int, ok: Any, result: Any) -> None:
+        queue = self._streams.get(call_id)
+        if queue is not None:
+            queue.put_nowait((ok, result))
+            return
+        fut = self._pending.get(call_id)
+        if fut is not None and not fut.done():
+            if ok:
+                fut.set_result(result)
+            else:
+                fut.set_exception(result)
 
     def _fail(self, reason: str) -> None:
         self.closed = True
@@ -518,6 +518,27 @@ class ChannelClient:
             self._writer.close()
 
     def close(self) -> None:
-        if self._reader_task is not None:
-            self._reader_task.cancel()
         self._fail("closed by the gateway")
+
+
+class _AnswerReader(asyncio.Protocol):
+    """A client's connection once its handshake is done: answers are loaded as the loop reads their bytes."""
+
+    def __init__(self, client: ChannelClient) -> None:
+        self._client = client
+        self._inbox = FrameBuffer()
+
+    def data_received(self, data: bytes) -> None:
+        self._inbox.add(data)
+        try:
+            for call_id, ok, result in self._inbox.messages():
+                self._client._answer(call_id, ok, result)
+        except Exception as exc:  # a frame that does not load: the connection can't be read on
+            logger.exception("channel to %s failed", self._client.address)
+            self._client._fail(f"bad frame: {exc}")
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._client._fail(f"connection lost ({type(exc).__name__})" if exc is not None else "connection closed")
