@@ -100,6 +100,7 @@ class GrpcConnection(asyncio.Protocol):
         self._buffer = bytearray()
         self._preface = False
         self._out = bytearray()
+        self._flush_due = False  # a flush is scheduled for the end of this loop turn
         self._decoder = f.HeaderDecoder(MAX_HEADER_LIST_BYTES)
         self._continuation: tuple[int, int, bytearray] | None = None  # stream, flags, header block so far
         self._last_stream = 0
@@ -415,7 +416,7 @@ class GrpcConnection(asyncio.Protocol):
                 return
             self._out += f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, _OK_TRAILERS)
         self._done(call)
-        self._flush()
+        self._flush_answer()
 
     async def _run_stream(self, call: _Call) -> None:
         assert call.queue is not None
@@ -515,6 +516,20 @@ class GrpcConnection(asyncio.Protocol):
         if self._out and self.transport is not None:
             self.transport.write(bytes(self._out))
         self._out.clear()
+
+    def _flush_answer(self) -> None:
+        """A unary call's answer: written now when no other call of the connection runs; else at the end of
+        this loop turn, with the other answers ready by then (a batch's requests end together): one system
+        call and one wake-up of the client for all of them."""
+        if not self.calls:
+            self._flush()
+        elif not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._flush_at_turn_end)
+
+    def _flush_at_turn_end(self) -> None:
+        self._flush_due = False
+        self._flush()
 
 
 def _trailers(code: grpc.StatusCode, details: str) -> bytes:

@@ -36,6 +36,7 @@ class Handlers:
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
         self.release = asyncio.Event()
+        self.waiting = 0  # calls of Slow that wait for release
 
     async def echo(self, request: bytes, context: CallContext) -> bytes:
         return request
@@ -47,6 +48,7 @@ class Handlers:
         return bytes(range(256)) * (int(request) // 256)
 
     async def slow(self, request: bytes, context: CallContext) -> bytes:
+        self.waiting += 1
         try:
             await self.release.wait()
         except asyncio.CancelledError:
@@ -75,6 +77,17 @@ def _table(h: Handlers) -> dict[bytes, Method]:
     return table
 
 
+class CountedConnection(GrpcConnection):
+    """A connection that counts its writes to the socket."""
+
+    writes = 0
+
+    def _flush(self) -> None:
+        if self._out and self.transport is not None:
+            CountedConnection.writes += 1
+        super()._flush()
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[Handlers, int, GrpcServer]]:
     handlers = Handlers()
@@ -82,7 +95,7 @@ async def server() -> AsyncIterator[tuple[Handlers, int, GrpcServer]]:
     port = free_port()
     connections: set[GrpcConnection] = set()
     sock = listening_socket("127.0.0.1", port)
-    listening = await asyncio.get_running_loop().create_server(lambda: GrpcConnection(state, connections), sock=sock)
+    listening = await asyncio.get_running_loop().create_server(lambda: CountedConnection(state, connections), sock=sock)
     grpc_server = GrpcServer(listening, connections)
     yield handlers, port, grpc_server
     await grpc_server.stop()
@@ -281,6 +294,23 @@ async def test_a_response_waits_for_a_small_client_window(server: tuple[Handlers
     sid = client.call("Big", b"5120")
     await client.until(_ended(sid))
     assert client.body_and_status(sid) == (bytes(range(256)) * 20, b"0")
+    client.close()
+
+
+async def test_answers_ready_in_one_loop_turn_leave_in_one_write(server: tuple[Handlers, int, GrpcServer]) -> None:
+    handlers, port, _ = server
+    client = await RawClient.connect(port)
+    sids = [client.call("Slow", str(i).encode()) for i in range(5)]
+    while handlers.waiting < len(sids):
+        await asyncio.sleep(0.01)
+    before = CountedConnection.writes
+    handlers.release.set()  # the five calls end in the same loop turn, as a batch's requests do
+    await client.until(lambda events: all(_ended(sid)(events) for sid in sids))
+    assert [client.body_and_status(sid) for sid in sids] == [(b"done", b"0")] * len(sids)
+    assert CountedConnection.writes - before == 1
+    sid = client.call("Echo", b"alone")  # the connection's only call: written at once
+    await client.until(_ended(sid))
+    assert client.body_and_status(sid) == (b"alone", b"0")
     client.close()
 
 
