@@ -29,7 +29,6 @@ import logging
 import sys
 import sysconfig
 import threading
-import time
 import traceback
 import weakref
 from collections.abc import Callable, Coroutine
@@ -161,30 +160,46 @@ def _never() -> bool:
 
 class _Answers:
     """What a non-decoupled batch's requests sent through their senders (at most one response each).
-    ``done[i]`` is set once request ``i`` has its response, or its sender is gone."""
+    A request is done once it has its response, or its sender is gone.  Only a model that answers after
+    ``execute`` returned None is waited for, so the event to wait on is made then, not per request."""
 
     def __init__(self, count: int) -> None:
         self.sent: list[pb_utils.InferenceResponse | None] = [None] * count
-        self.done = [threading.Event() for _ in range(count)]
+        self._done = [False] * count
+        self._missing = count
+        self._lock = threading.Lock()
+        self._all_done: threading.Event | None = None
 
     def emitter(self, index: int) -> pb_utils.Emit:
         def emit(response: pb_utils.InferenceResponse | None, flags: int) -> None:
             if response is not None:
                 self.sent[index] = response
-                self.done[index].set()
+                self._finish(index)
 
         return emit
 
     def gone(self, index: int) -> Callable[[object], None]:
         """What a weak reference to request ``index``'s sender calls once the sender is collected."""
-        return lambda _ref: self.done[index].set()
+        return lambda _ref: self._finish(index)
+
+    def _finish(self, index: int) -> None:
+        with self._lock:
+            if self._done[index]:
+                return
+            self._done[index] = True
+            self._missing -= 1
+            woken = self._all_done if not self._missing else None
+        if woken is not None:
+            woken.set()
 
     def wait(self, timeout_s: float) -> None:
         """Until every request has its response (a model may answer after ``execute`` returned None, from a
         thread of its own, as Triton lets it), its sender is dropped, or ``timeout_s`` has passed."""
-        deadline = time.monotonic() + timeout_s
-        for event in self.done:
-            event.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if not self._missing:
+                return
+            self._all_done = woken = threading.Event()
+        woken.wait(timeout_s)
 
 
 class _StreamPart:

@@ -30,6 +30,8 @@ FAILED = f"Failed to process the request(s) for model '{INSTANCE}', message: "
 # a test on the loaded model) breaks the contract in one of Triton's ways.
 ADD_PY = """
 import json
+import threading
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -81,6 +83,16 @@ class TritonPythonModel:
             return None
         if self.mode == "sender-twice":
             requests[0].get_response_sender().send(responses[0])
+        if self.mode == "later":
+            pairs = [(request.get_response_sender(), response) for request, response in zip(requests, responses)]
+
+            def answer():
+                time.sleep(0.05)
+                for sender, response in pairs:
+                    sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            threading.Thread(target=answer).start()
+            return None
         return responses
 
     def finalize(self):
@@ -347,6 +359,14 @@ def test_answers_through_the_response_sender(make: Factory) -> None:
     # After execute the backend closes the senders: a late send raises Triton's error.
     with pytest.raises(Exception, match="Response sender has been closed"):
         backend.model.senders[0].send(None, 1)
+
+
+def test_answers_sent_from_a_thread_after_execute_returned_are_waited_for(make: Factory) -> None:
+    backend = make(ADD_PY)
+    backend.model.mode = "later"
+    results = backend.execute_parts({}, execution(part(1.0), part(2.0, ("OUTPUT0",))))
+    assert [r.error for r in results] == [None, None]
+    assert results[0].outputs["OUTPUT0"].tolist() == [2.0] * 4 and set(results[1].outputs) == {"OUTPUT0"}
 
 
 def test_none_without_an_answer_is_an_error(make: Factory) -> None:
