@@ -84,13 +84,15 @@ class LoadMeter:
         finally:
             self.end()
 
-    def queued(self, delay_us: float) -> None:
-        """An executed batch waited ``delay_us`` in the gateway's queue (negative clock noise counts as 0)."""
-        delay = max(0.0, float(delay_us))
+    def queued(self, *delays_us: float) -> None:
+        """Executed batches waited ``delays_us`` in the gateway's queue, one each (negative clock noise counts
+        as 0): the batches of one call are counted together, under one lock."""
         with self._lock:
             now = self._clock()
-            self._delays.append((now, delay))
-            self._delay_sum += delay
+            for delay_us in delays_us:
+                delay = max(0.0, float(delay_us))
+                self._delays.append((now, delay))
+                self._delay_sum += delay
             self._prune(now)
 
     def set_slots(self, live: int, total: int, backlog: int = 0) -> None:

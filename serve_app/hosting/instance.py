@@ -207,8 +207,7 @@ class HostedInstance:
 
     def _run_all(self, executions: list[Execution], arrived_ns: int) -> list[ExecutionResult]:
         assert self.instance is not None
-        for e in executions:
-            self.meter.queued(e.queue_ns / 1000)
+        self.meter.queued(*[e.queue_ns / 1000 for e in executions])
         self.meter.begin()
         try:
             return self.instance.run_all(executions, arrived_ns)

@@ -131,6 +131,14 @@ def test_queue_delay_is_the_mean_over_the_window(clock: Clock) -> None:
     assert meter.metrics()[QUEUE_DELAY_US] == 0.0  # none in the window
 
 
+def test_the_batches_of_one_call_count_one_each(clock: Clock) -> None:
+    meter = meter_at_full_window(clock)
+    meter.queued(100.0, 200.0, -5.0)
+    meter.queued()
+    assert meter.metrics()[QUEUE_DELAY_US] == pytest.approx(100.0)
+    assert len(meter._delays) == 3
+
+
 def test_negative_queue_delay_counts_as_zero(clock: Clock) -> None:
     meter = meter_at_full_window(clock)
     meter.queued(-50.0)
