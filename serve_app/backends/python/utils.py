@@ -223,6 +223,17 @@ class Tensor:
         self._name = name
         self._data = array
 
+    @classmethod
+    def _handed(cls, name: str, array: np.ndarray) -> Tensor:
+        """An input as the server hands it to ``execute``: a contiguous array of a Triton datatype is taken
+        as it is, unchecked (every input of every request is built here)."""
+        if not array.flags.c_contiguous or array.dtype.kind in "SU":
+            return cls(name, array)
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._data = array
+        return tensor
+
     def name(self) -> str:
         return self._name
 
@@ -587,7 +598,7 @@ class InferenceRequest:
         request = cls.__new__(cls)
         request._id = request_id
         request._correlation_id = correlation_id
-        request._inputs = [Tensor(name, _writable(array)) for name, array in inputs.items()]
+        request._inputs = [Tensor._handed(name, _writable(array)) for name, array in inputs.items()]
         request._requested = list(requested)
         request._model_name = None
         request._model_version = -1
