@@ -135,7 +135,7 @@ def decode_model_infer_request(
     strip_reserved(parameters, GRPC_ALLOWED_RESERVED)
 
     # Each field read once: every read of a protobuf field builds a Python object.
-    declared = [(io, io.name, io.datatype, io.shape) for io in msg.inputs]
+    declared = [(io, io.name, io.datatype, tuple(io.shape)) for io in msg.inputs]
     budget = ElementBudget(model, limits)
     for _, name, datatype, dims in declared:  # every declared shape is counted before any input is decoded
         budget.add(name, dims, datatype)
@@ -272,7 +272,7 @@ def encode_model_infer_response(
     raw: list[bytes] = []
     for t in resp.outputs:
         shape = [int(d) for d in t.shape]
-        if tensor_codec.element_count(shape) != np.size(t.data):
+        if tensor_codec.element_count(shape) != t.data.size:
             raise InternalError(f"output tensor shape does not match size of output for '{t.name}'")
         out = msg.outputs.add(name=t.name, datatype=t.datatype, shape=shape)
         if t.parameters:

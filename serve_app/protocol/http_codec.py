@@ -381,7 +381,7 @@ def encode_infer_response(
         # A listed output is binary only by its own binary_data; binary_data_output is the unlisted ones' default.
         binary = per_output[t.name] is True if t.name in per_output else default_binary
         shape = [int(d) for d in t.shape]
-        if math.prod(shape) != np.size(t.data):
+        if math.prod(shape) != t.data.size:
             raise InternalError(f"output tensor shape does not match size of output for '{t.name}'")
         entry: dict[str, object] = {"name": t.name, "datatype": t.datatype, "shape": shape}
         if t.name in in_shm:  # written to its region: Triton sends neither data nor parameters
