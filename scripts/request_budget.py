@@ -8,7 +8,9 @@ Python models have by default) with ``python -m serve_app`` (Ray), loads it with
 clients, and while the load runs samples both processes with py-spy and reads their CPU time from
 /proc.  Samples of threads blocked in a wait are dropped; the others are sorted into layers by the
 innermost frame that names one, each standing for one sampling interval of CPU.  What /proc counts
-beyond them is time py-spy cannot see (Ray's C++ threads, the kernel's share of system calls).
+beyond them is time py-spy cannot see (Ray's C++ threads, the kernel's share of system calls).  Each
+process's busiest thread is also given as the scheduler counts it: the share of the time it ran and the
+share it was runnable but waited for a CPU, beside how many of the machine's cores were busy.
 ``--serve-app DIR`` runs the server from another checkout, so one script measures two builds.  Needs py-spy.
 """
 
@@ -123,6 +125,34 @@ def thread_seconds(pid: int) -> dict[str, float]:
     return dict(out)
 
 
+def sched_ns(pid: int) -> dict[int, tuple[int, int]]:
+    """Each thread's nanoseconds on a CPU and runnable but waiting for one (the scheduler's own counts)."""
+    out: dict[int, tuple[int, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            on_cpu, waiting, _ = pathlib.Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(on_cpu), int(waiting))
+    return out
+
+
+def busiest(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], wall_ns: int) -> tuple[float, float]:
+    """The busiest thread's shares of a window: on a CPU, and waiting for one.  A thread that waits while a
+    core idles is a bubble no CPU per request shows."""
+    if not after or wall_ns <= 0:
+        return 0.0, 0.0
+    tid = max(after, key=lambda t: after[t][0] - before.get(t, (0, 0))[0])
+    on_cpu, waiting = (a - b for a, b in zip(after[tid], before.get(tid, (0, 0)), strict=True))
+    return on_cpu / wall_ns, waiting / wall_ns
+
+
+def busy_jiffies() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far (/proc/stat), in clock ticks."""
+    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
 def cpu_seconds(pid: int) -> float:
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -201,15 +231,21 @@ def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path,
         pids = {"gateway": find(server.pid, "serve_app:gateway"), "model": find(server.pid, "py_add_sub.v1")}
         before = {k: cpu_seconds(p) for k, p in pids.items()}
         threads_before = {k: thread_seconds(p) for k, p in pids.items()}
+        sched_before = {k: sched_ns(p) for k, p in pids.items()}
+        machine_before, start_ns = busy_jiffies(), time.monotonic_ns()
         spies = {k: spy(p, seconds, work / f"{protocol}-{k}.txt") for k, p in pids.items()}
         done = asyncio.run(load(url, protocol, concurrency, seconds))
         spent = {k: cpu_seconds(p) - before[k] for k, p in pids.items()}
         threads = {k: thread_seconds(p) for k, p in pids.items()}
+        wall_ns = time.monotonic_ns() - start_ns
+        shares = {k: busiest(sched_before[k], sched_ns(p), wall_ns) for k, p in pids.items()}
+        machine = [after - first for after, first in zip(busy_jiffies(), machine_before, strict=True)]
         for process in spies.values():
             process.wait(timeout=120)
     finally:
         stop_server(server)
-    print(f"\n{protocol} c={concurrency}: {done / seconds:,.0f} requests/s")
+    cores = (os.cpu_count() or 1) * machine[0] / max(machine[1], 1)
+    print(f"\n{protocol} c={concurrency}: {done / seconds:,.0f} requests/s, {cores:.2f} busy cores (the load included)")
     for name in pids:
         per_request_us = spent[name] / done * 1e6
         counts, _ = layers_of(work / f"{protocol}-{name}.txt")
@@ -224,6 +260,8 @@ def measure(protocol: str, concurrency: int, seconds: float, work: pathlib.Path,
             {n: t - threads_before[name].get(n, 0.0) for n, t in threads[name].items()}
         ).most_common(4)
         print("    by thread: " + ", ".join(f"{n} {t / done * 1e6:.0f} µs" for n, t in by_thread))
+        on_cpu, waiting = shares[name]
+        print(f"    busiest thread: on a CPU {on_cpu:.0%} of the time, runnable and waiting for one {waiting:.0%}")
 
 
 def main(argv: list[str] | None = None) -> int:
