@@ -285,13 +285,15 @@ class ModelScheduler:
                 self._in_limiter = True
                 self._limiter.release(self, self._on_grant if again else None)
                 self._in_limiter = False
+        # The next batch leaves before this one's answers are written, as Triton's instance takes its next
+        # batch while the last one's responses go out: the instance computes while the answers are encoded.
         try:
+            if len(self.batcher.queue) or self._limiter is not None:  # nothing waits: nothing to send or arm
+                self._pump()
+        finally:
             now, now_ms = self._clock(), time.time_ns() // 1_000_000
             for execution, result, group in zip(executions, results, jobs, strict=True):
                 self._complete(execution, result, group, reason, now, now_ms)
-        finally:
-            if len(self.batcher.queue) or self._limiter is not None:  # nothing waits: nothing to send or arm
-                self._pump()
 
     # -- completion ---------------------------------------------------------------
     def _complete(
