@@ -233,6 +233,33 @@ async def test_requests_queued_while_busy_are_merged_into_one_execution() -> Non
     assert stats.batches[4]["compute_infer"].count == 1
 
 
+async def test_next_batch_leaves_before_the_answered_callers_resume() -> None:
+    """The instance computes the next batch while the last one's answers are written, as in Triton."""
+    instance = FakeInstance(blocked=True)
+    sched = scheduler(model_config(), instance, capacity=1)
+    calls_seen: list[int] = []
+
+    async def caller(value: float) -> InferResponse:
+        response = await send(sched, request(value), 1, time.monotonic_ns())
+        calls_seen.append(len(instance.calls))  # what the instance had been given when this caller resumed
+        return response
+
+    first = asyncio.create_task(caller(1.0))
+    await settle()
+    queued = asyncio.create_task(caller(2.0))
+    await settle()
+    assert len(instance.calls) == 1
+
+    instance.release(0)
+    await settle()
+    assert first.done()
+    assert calls_seen == [2]  # the queued request had gone to the instance before the first caller resumed
+
+    instance.release(1)
+    await queued
+    assert calls_seen == [2, 2]
+
+
 async def test_requests_of_different_shapes_are_not_merged() -> None:
     config = text_format.Parse(
         """
