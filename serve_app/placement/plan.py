@@ -17,8 +17,10 @@ Pure: the cluster's GPUs (what Ray reported) are an input, and the Ray layer
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -27,7 +29,7 @@ from serve_app.config import ENSEMBLE_PLATFORM
 from serve_app.config.ensemble_deps import composing_models
 from serve_app.config.hosting import dedicated_process
 from serve_app.keys import ModelKey
-from serve_app.placement.groups import ClusterGpus, ReplicaGroup, plan_replicas, share_gpus
+from serve_app.placement.groups import KIND_GPU, ClusterGpus, ReplicaGroup, plan_replicas, share_gpus
 from serve_app.placement.pools import HostPool, host_pool, hosted_instances
 from serve_app.repository import ModelSource
 from serve_app.settings import ServerSettings
@@ -87,6 +89,10 @@ class PlacementPlan:
     messages: list[str] = field(default_factory=list)
 
 
+GPU_UNITS_PER_GPU = 10_000  # Ray's resource granularity
+GPU_UNITS = 1 / GPU_UNITS_PER_GPU
+
+
 def deployment_name(model: str, version: int, group: int, device: int | None = None) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
     suffix = "" if device is None else f".gpu{device}"
@@ -123,6 +129,13 @@ def plan_placement(
         except Exception as exc:
             out.failed[name] = getattr(exc, "message", str(exc))
     plans = share_gpus(plans, {n: len(sources[n].versions) for n in plans})
+
+    def is_shared(name: str) -> bool:
+        config = sources[name].config
+        shared = settings.shared_hosts and settings.direct_channel and autoscaling.get(name) is None
+        return shared and not dedicated_process(config)
+
+    gpu_left = host_gpu_shares(plans, {n: len(sources[n].versions) for n in plans}, {n for n in plans if is_shared(n)})
     for name, source in sources.items():
         if name in out.failed:
             continue
@@ -136,11 +149,10 @@ def plan_placement(
             continue
         scaling = autoscaling.get(name)
         sequence = source.config.HasField("sequence_batching")
-        shared = settings.shared_hosts and settings.direct_channel and scaling is None
-        shared = shared and not dedicated_process(source.config)
+        shared = is_shared(name)
         for version, model_file in source.versions.items():
             placed = tuple(
-                _hosted(group, gpus, settings, pool_app)
+                _hosted(group, gpus, settings, pool_app, gpu_left)
                 if shared
                 else _dedicated(ModelKey(name, version, gen), group, settings, scaling)
                 for group in plans[name]
@@ -152,10 +164,35 @@ def plan_placement(
     return out
 
 
+def host_gpu_shares(
+    plans: Mapping[str, list[ReplicaGroup]], versions: Mapping[str, int], hosted: Collection[str]
+) -> dict[int | None, float]:
+    """The share of its GPU a host asks for, by GPU index (None: the GPUs Ray picks), where dedicated
+    instances share that GPU with it: the shares of the hosted instances, so that the dedicated ones fit
+    beside it. A GPU that only hosted instances use is the host's whole (absent here)."""
+    held: dict[int | None, float] = defaultdict(float)
+    dedicated: set[int | None] = set()
+    for model, groups in plans.items():
+        for g in groups:
+            if g.kind != KIND_GPU:
+                continue
+            if model not in hosted:
+                dedicated.add(g.device)
+                continue
+            share = g.num_gpus if g.device is None else g.resources[0][1]
+            held[g.device] += share * g.instances_per_gpu * versions.get(model, 1)
+    # floored to Ray's granularity: the shares are its multiples already, less float error
+    return {d: max(1, math.floor(held[d] / GPU_UNITS + 1e-6)) / GPU_UNITS_PER_GPU for d in dedicated if d in held}
+
+
 def _hosted(
-    group: ReplicaGroup, gpus: ClusterGpus, settings: ServerSettings, pool_app: Callable[[HostPool], str]
+    group: ReplicaGroup,
+    gpus: ClusterGpus,
+    settings: ServerSettings,
+    pool_app: Callable[[HostPool], str],
+    gpu_left: Mapping[int | None, float],
 ) -> PlacedGroup:
-    pool = host_pool(group, gpus, settings.instance_cpus, gateway_pool(settings))
+    pool = host_pool(group, gpus, settings.instance_cpus, gateway_pool(settings), gpu_left.get(group.device, 1.0))
     return PlacedGroup(group, pool_app(pool), pool.deployment, hosted_instances(group, pool), pool)
 
 

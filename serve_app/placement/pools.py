@@ -17,7 +17,9 @@ the same per node and device with *host pools*, one Serve deployment each:
 
 A host reserves a token amount of CPU (``instance_cpus``), so hosts land only
 on nodes with CPUs and share them, as Triton's instances share a server's
-cores; a GPU host reserves its whole GPU.  Pure: no Ray import.
+cores; a GPU host reserves its whole GPU, or, where dedicated instances (a
+model's own processes) share it, the share its own instances add up to.
+Pure: no Ray import.
 """
 
 from __future__ import annotations
@@ -49,10 +51,15 @@ class HostPool:
 
 
 def host_pool(
-    group: ReplicaGroup, cluster: ClusterGpus, cpus: float, gateways: tuple[str, str, int] | None = None
+    group: ReplicaGroup,
+    cluster: ClusterGpus,
+    cpus: float,
+    gateways: tuple[str, str, int] | None = None,
+    gpu_share: float = 1.0,
 ) -> HostPool:
     """The pool whose hosts hold ``group``'s instances, ``group.count`` in each host.  ``gateways``: (deployment,
-    application, replicas) of the gateways when they hold the CPU instances themselves."""
+    application, replicas) of the gateways when they hold the CPU instances themselves.  ``gpu_share``: of
+    its GPU, what a GPU host asks (less than the whole where dedicated instances share the GPU)."""
     if group.kind == KIND_CPU and gateways is not None:
         deployment, app, replicas = gateways
         return HostPool("cpu", KIND_CPU, replicas, 0.0, in_deployment=(deployment, app))
@@ -63,9 +70,9 @@ def host_pool(
     if group.kind != KIND_GPU:
         raise ValueError(f"unknown instance kind {group.kind}")
     if group.device is None:  # Ray picks the GPU: one host per GPU of the cluster
-        return HostPool("gpu", KIND_GPU, max(1, cluster.total), cpus, num_gpus=1.0)
+        return HostPool("gpu", KIND_GPU, max(1, cluster.total), cpus, num_gpus=gpu_share)
     nodes = cluster.indexed.get(group.device, 1)
-    resource = ((cluster.resource(group.device), 1.0),)
+    resource = ((cluster.resource(group.device), gpu_share),)
     return HostPool(
         f"gpu{group.device}", KIND_GPU, nodes, cpus, device=group.device, resources=resource, max_per_node=1
     )

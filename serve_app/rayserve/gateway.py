@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -53,6 +54,9 @@ DRAIN_TIMEOUT_S = 30.0
 class Gateway(StopsOnShutdown):
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:  # type: ignore[misc]
+        # A gateway asks Ray for no GPU, and Ray leaves such an actor the node's CUDA_VISIBLE_DEVICES: hide every
+        # GPU, so that nothing in the gateway (its CPU instances included) opens a CUDA context on one.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
         self.settings = settings
         python_logging.install(settings.log_settings())
         quiet_router(settings)

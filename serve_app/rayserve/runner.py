@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +16,7 @@ import ray
 from ray import serve
 
 from serve_app.errors import ServeError
+from serve_app.placement.local_gpus import gpu_resources, visible_gpu_count
 from serve_app.rayserve.app_builder import build_application
 from serve_app.rayserve.console import quiet_driver, ray_log_level, serve_logging
 from serve_app.service.model_table import LOAD_FAILED, failed_to_load, model_table
@@ -43,8 +46,25 @@ def ensure_serve_started(settings: ServerSettings) -> None:
             ray.init(address=address, namespace="serve")
         else:
             # A local Ray for `serve run`: instances share the cores, as in Triton.
-            ray.init(namespace="serve", num_cpus=local_num_cpus())
+            ray.init(
+                namespace="serve",
+                num_cpus=local_num_cpus(),
+                resources=local_gpu_resources(settings.gpu_resource_prefix),
+            )
     serve.start(proxy_location="Disabled", logging_config=serve_logging(settings))
+
+
+def local_gpu_resources(prefix: str) -> dict[str, float]:
+    """One ``<prefix><i>`` per GPU of this machine, for a Ray we start (nobody else declares them here)."""
+    lines: list[str] = []
+    smi = shutil.which("nvidia-smi")
+    if smi is not None and os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
+            lines = out.stdout.splitlines() if out.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return gpu_resources(prefix, visible_gpu_count(os.environ.get("CUDA_VISIBLE_DEVICES"), lines))
 
 
 def local_num_cpus() -> int:
@@ -99,6 +119,7 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
             num_cpus=options.num_cpus or local_num_cpus(),
             include_dashboard=options.dashboard,
             object_store_memory=options.object_store_memory,
+            resources=local_gpu_resources(settings.gpu_resource_prefix),
             namespace="serve",
             logging_level=level,
         )

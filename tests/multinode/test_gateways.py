@@ -48,6 +48,7 @@ def test_instance_groups_placed_exactly_across_nodes(multinode: MultiNode) -> No
     held: dict[str, collections.Counter[tuple[object, ...]]] = collections.defaultdict(collections.Counter)
     for i in multinode.placement("gateway", "serve_app"):
         held[str(i["node_ip"])][(i["model"], i["kind"], i["loaded"])] += 1
+        assert i["cuda_visible_devices"] == "", i  # a gateway sees no GPU, though its node has some
     assert dict(held) == {n.address: everywhere for n in multinode.nodes}, dict(held)
     actors = multinode.actors_by_node()
     gpu_nodes = {n.address for n in multinode.nodes[1:]}

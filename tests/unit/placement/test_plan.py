@@ -104,3 +104,29 @@ def test_an_ensemble_has_no_instances_and_a_model_that_cannot_be_placed_fails_al
     assert [(v.key.name, v.groups) for v in out.versions if v.key.name == "ens"] == [("ens", ())]
     assert [v.key.name for v in out.versions] == ["ens", "add_sub"]
     assert out.messages[0] == "model 'ens' version 1: ensemble of add_sub"
+
+
+GPU0 = "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]\n"
+DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'
+
+
+def test_a_gpu_host_leaves_room_for_dedicated_instances_on_its_gpu(tmp_path: pathlib.Path) -> None:
+    """Three instances on GPU 0, one of them in a process of its own: the shared host asks for the two
+    thirds its own instances add up to, so that the dedicated replica's third fits beside it."""
+    example_models.add_sub(tmp_path, name="hosted_a", dims=DIMS, extra_config=GPU0)
+    example_models.add_sub(tmp_path, name="hosted_b", dims=DIMS, extra_config=GPU0)
+    example_models.add_sub(tmp_path, name="own", dims=DIMS, extra_config=GPU0 + DEDICATED)
+    out = plan(tmp_path, ["hosted_a", "hosted_b", "own"], gpus=ClusterGpus(total=1, indexed={0: 1}))
+    by_name = {v.key.name: v.groups[0] for v in out.versions}
+    pools = {by_name["hosted_a"].pool, by_name["hosted_b"].pool}
+    (pool,) = pools
+    assert pool is not None and pool.name == "gpu0" and pool.resources == (("gpu_idx_0", 0.6666),)
+    assert by_name["own"].pool is None and by_name["own"].group.resources == (("gpu_idx_0", 0.3333),)
+    assert pool.resources[0][1] + by_name["own"].group.resources[0][1] <= 1.0
+
+
+def test_a_gpu_only_hosted_instances_use_is_the_host_s_whole(tmp_path: pathlib.Path) -> None:
+    example_models.add_sub(tmp_path, name="hosted_a", dims=DIMS, extra_config=GPU0)
+    example_models.add_sub(tmp_path, name="hosted_b", dims=DIMS, extra_config=GPU0)
+    out = plan(tmp_path, ["hosted_a", "hosted_b"], gpus=ClusterGpus(total=1, indexed={0: 1}))
+    assert {v.groups[0].pool.resources for v in out.versions if v.groups[0].pool} == {(("gpu_idx_0", 1.0),)}
