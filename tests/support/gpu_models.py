@@ -147,3 +147,115 @@ def check_repository(repo: pathlib.Path, *, on_cpu: bool = False) -> pathlib.Pat
     ts_mlp(repo, BATCHED_MLP, extra=batching(True, max_queue_delay_us=20_000), **sizes)
     onnx_add_sub(repo)
     return repo
+
+
+# ---------------------------------------------------------------------------------------------------
+# Under Ray: what `python -m serve_app` places on the GPU through Ray's resources (tests/gpu/test_ray_gpu.py)
+
+TWO_ON_GPU0 = "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]\n"
+DEDICATED = 'parameters { key: "dedicated_process" value: { string_value: "true" } }\n'
+ACCUMULATOR = "ts_accum"
+PY_TORCH = "py_torch"
+ONNX_CPU = "onnx_cpu"  # a KIND_CPU ONNX model: its instances live in the gateways (their CUDA_VISIBLE_DEVICES)
+
+# A Python model that runs torch on the device its instance was given (Triton's ``model_instance_kind`` and
+# ``model_instance_device_id``), the same file for Triton's python backend and for serve_app.
+PY_TORCH_MODEL = """\
+import json
+import os
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        gpu = args["model_instance_kind"] == "GPU" and torch.cuda.is_available()
+        self.device = torch.device(f"cuda:{args['model_instance_device_id']}" if gpu else "cpu")
+        here = os.path.join(args["model_repository"], args["model_version"], "model.pt")
+        self.module = torch.jit.load(here, map_location=self.device).eval()
+        self.pid = os.getpid()
+
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy() for r in requests]
+        sizes = [len(x) for x in xs]
+        with torch.inference_mode():
+            out, device = self.module(torch.from_numpy(np.concatenate(xs)).to(self.device))
+            out, device = out.cpu().numpy(), device.cpu().numpy()
+        responses, start = [], 0
+        for n in sizes:
+            pid = np.full((n, 1), self.pid, dtype=np.int32)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT__0", out[start:start + n]),
+                pb_utils.Tensor("DEVICE__1", device[start:start + n]),
+                pb_utils.Tensor("PID__2", pid),
+            ]))
+            start += n
+        return responses
+"""
+
+
+def py_torch(
+    repo: pathlib.Path, name: str = PY_TORCH, *, group: str = TWO_ON_GPU0, extra: str = "", **sizes: int
+) -> pathlib.Path:
+    """The MLP run by PyTorch inside a Python model (``model.py`` loads ``model.pt`` beside it), answering
+    the CUDA ordinal and the process of the instance that ran it."""
+    mlp = ts_mlp(repo / ".build", name, **sizes)
+    d = repo / name
+    (d / "1").mkdir(parents=True, exist_ok=True)
+    (mlp / "1" / "model.pt").rename(d / "1" / "model.pt")
+    (d / "1" / "model.py").write_text(PY_TORCH_MODEL)
+    config = (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 64\n'
+        + _io(
+            [("INPUT__0", "FP32", MLP_IN)],
+            [("OUTPUT__0", "FP32", MLP_OUT), ("DEVICE__1", "INT32", 1), ("PID__2", "INT32", 1)],
+        )
+        + group
+        + extra
+    )
+    (d / "config.pbtxt").write_text(config)
+    import shutil
+
+    shutil.rmtree(repo / ".build")
+    return d
+
+
+def ts_accumulator(repo: pathlib.Path, name: str = ACCUMULATOR) -> pathlib.Path:
+    """A running sum in implicit state, on the GPU (``OUTPUT_STATE = INPUT_STATE + INPUT``), in a process of
+    its own with its state backed up (serve_app's default), so a killed instance's sequences go on."""
+    import torch
+
+    class Accumulate(torch.nn.Module):
+        def forward(self, value: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            total = state + value
+            device = torch.full((value.shape[0], 1), value.get_device(), dtype=torch.int32, device=value.device)
+            return total, total, device
+
+    config = (
+        f'name: "{name}"\nplatform: "pytorch_libtorch"\nmax_batch_size: 2\n'
+        + _io([("INPUT__0", "INT32", 1)], [("OUTPUT__0", "INT32", 1), ("DEVICE__2", "INT32", 1)])
+        + "sequence_batching {\n  max_sequence_idle_microseconds: 60000000\n  direct { }\n"
+        + '  state [ { input_name: "INPUT_STATE__1" output_name: "OUTPUT_STATE__1" data_type: TYPE_INT32'
+        + ' dims: [ 1 ]\n    initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]\n}\n'
+        + "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]\n"
+        + DEDICATED
+    )
+    return _save(Accumulate(), repo, name, config)
+
+
+def ray_repository(repo: pathlib.Path, *, on_cpu: bool = False) -> pathlib.Path:
+    """What the check serves on Ray: ts_add_sub, ts_mlp_db (batched), py_torch (two instances sharing GPU
+    0, torch inside a Python model), ts_accum (sequences with implicit state), onnx_add_sub (CUDA
+    provider) and onnx_cpu (KIND_CPU, in the gateways)."""
+    from scripts import example_models
+
+    sizes: dict[str, int] = dict(CPU_MLP) if on_cpu else {}
+    ts_add_sub(repo)
+    ts_mlp(repo, BATCHED_MLP, extra=batching(True, max_queue_delay_us=20_000), **sizes)
+    py_torch(repo, extra=batching(True, max_queue_delay_us=20_000), **sizes)
+    ts_accumulator(repo)
+    onnx_add_sub(repo)
+    example_models.add_sub(repo, name=ONNX_CPU, extra_config=CPU_GROUP)
+    return repo

@@ -40,10 +40,18 @@ class HttpClient:
         return json.loads(body)
 
     def infer(
-        self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], binary: bool = True
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Sequence[str],
+        binary: bool = True,
+        parameters: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
+        """``parameters``: the request's own (``sequence_id``, ``sequence_start``, ...)."""
         header: dict[str, Any] = {"inputs": [], "outputs": [{"name": n, "parameters": {"binary_data": binary}}
                                                           for n in outputs]}  # fmt: skip
+        if parameters:
+            header["parameters"] = dict(parameters)
         raw = []
         for name, arr in inputs.items():
             arr = np.ascontiguousarray(arr)
