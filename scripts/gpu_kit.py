@@ -223,11 +223,14 @@ def summary(out: Path) -> str:
         keep = [ln for ln in text if ln.startswith(("SKIPPED", "FAILED", "ERROR", "PASSED"))]
         closing = [ln for ln in text if re.search(r"\d+ (passed|failed|skipped|error)", ln)]
         lines += ["## tests/gpu", *keep, *(closing[-1:] or ["no closing line: see pytest.log"])]
-    bench = out / "bench.log"
-    if bench.exists():
-        text = bench.read_text(errors="replace").splitlines()
-        start = next((i for i, ln in enumerate(text) if ln.startswith("raw PyTorch")), max(0, len(text) - 12))
-        lines += ["## bench_gpu", *text[start:]]
+    tables = (("bench.log", "raw PyTorch"), ("bench-triton.log", "raw PyTorch"), ("cores.log", " cores; "),
+              ("cores-triton.log", " cores; "))  # fmt: skip
+    for name, first in tables:
+        log = out / name
+        if log.exists():
+            text = log.read_text(errors="replace").splitlines()
+            start = next((i for i, ln in enumerate(text) if first in ln), max(0, len(text) - 12))
+            lines += [f"## {name.removesuffix('.log')}", *text[start:]]
     figures = out / "bench.json"
     if figures.exists():
         data = json.loads(figures.read_text())

@@ -159,13 +159,12 @@ def build_triton(python_version: str, out: Path) -> Path:
                 if lib not in bundled and (libs / lib).exists():
                     bundled.add(lib)
                     todo.append(libs / lib)
-        for rel, path in keep.items():
-            target = dst / "tritonserver" / rel
+        copies = [(path, dst / "tritonserver" / rel) for rel, path in keep.items()]
+        copies += [(libs / lib, dst / "libs" / lib) for lib in sorted(bundled)]
+        for path, target in copies:
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        for lib in sorted(bundled):
-            (dst / "libs").mkdir(parents=True, exist_ok=True)
-            shutil.copy2(libs / lib, dst / "libs" / lib)
+            shutil.copyfile(path, target)
+            target.chmod(0o644 if target.suffix == ".py" else 0o755)  # zipfile drops the wheel's modes
         # The benchmark's client beside it: the protobuf runtime the generated code was built for.
         protobuf = next(r for r in requirements() if r.startswith("protobuf=="))
         _pip("install", "--no-deps", "--no-compile", *_platform_args(python_version), "--target", str(dst / "site"),
