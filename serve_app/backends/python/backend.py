@@ -46,6 +46,7 @@ from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.json_format import config_to_json
 from serve_app.errors import InternalError, ServeError
 from serve_app.inference.execution import Execution, PartResult, RequestPart
+from serve_app.protos import model_config_pb2 as mc
 
 logger = logging.getLogger("ray.serve")
 
@@ -251,6 +252,7 @@ class PythonBackend(Backend):
         model_dir = ctx.model_file.parent.parent
         self._batched = config.max_batch_size > 0
         self._all_outputs = tuple(o.name for o in config.output)
+        self._bf16_inputs = frozenset(i.name for i in config.input if i.data_type == mc.TYPE_BF16)
         link: ServerLink | None = ctx.server_link
         self._base = ModelContext(ctx.model_name, str(ctx.model_file.parent), self.instance_name, link, ctx.loop)
         self._exec_context = ModelContext(
@@ -327,6 +329,7 @@ class PythonBackend(Backend):
                     correlation_id=part.correlation_id,
                     flags=part.flags,
                     timeout_us=part.timeout_us,
+                    bf16=self._bf16_inputs,
                 )
             )
         return out
@@ -550,7 +553,7 @@ def _to_part(response: pb_utils.InferenceResponse, wanted: frozenset[str]) -> Pa
     for tensor in response.output_tensors():
         name = tensor.name()
         if name in wanted:
-            outputs[name] = _plain(tensor.as_numpy())
+            outputs[name] = _plain(tensor._data)
     return PartResult(outputs=outputs, parameters=response.parameter_dict())
 
 
