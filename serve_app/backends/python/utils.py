@@ -472,7 +472,8 @@ class InferenceResponseSender:
 class ResponseIterator:
     """The responses of a decoupled BLS request, as they come.  ``cancel()`` cancels the request (the called
     model's ``is_cancelled()`` turns true) and iteration goes on until the model's final response, as in
-    Triton, where that is usually a CANCELLED error; after the final response it does nothing."""
+    Triton, where that is usually a CANCELLED error; after the final response it does nothing.  As Triton's,
+    it keeps the responses: iterating it again once it is finished yields them again from the first."""
 
     _END = object()
 
@@ -480,17 +481,26 @@ class ResponseIterator:
         self._responses = responses
         self._cancel = cancel
         self._done = False
+        self._seen: list[InferenceResponse] = []
+        self._index = 0
 
     def __iter__(self) -> Iterator[InferenceResponse]:
+        if self._done and self._index >= len(self._seen):
+            self._index = 0
         return self
 
     def __next__(self) -> InferenceResponse:
         if self._done:
+            if self._index < len(self._seen):
+                self._index += 1
+                return self._seen[self._index - 1]
             raise StopIteration
         item = self._responses.get()
         if item is ResponseIterator._END:
             self._done = True
+            self._index = len(self._seen)
             raise StopIteration
+        self._seen.append(item)
         return item  # type: ignore[no-any-return]
 
     def cancel(self) -> None:

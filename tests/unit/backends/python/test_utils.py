@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import queue
 import threading
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
@@ -647,3 +648,16 @@ def test_a_bf16_input_refuses_as_numpy_as_in_triton_and_goes_through_dlpack() ->
     assert as_torch.dtype == torch.bfloat16 and as_torch.tolist() == [1.5, -2.0]
     back = pb_utils.Tensor.from_dlpack("OUT", as_torch * 2)
     assert back.triton_dtype() == 14 and back._data.tolist() == [0x4040, 0xC080]  # 3.0, -4.0
+
+
+def test_a_finished_response_iterator_yields_its_responses_again_as_in_triton() -> None:
+    responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    answers = [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i]))]) for i in range(3)]
+    for answer in answers:
+        responses.put(answer)
+    responses.put(pb_utils.ResponseIterator._END)
+    iterator = pb_utils.ResponseIterator(responses, lambda: None)
+    assert next(iterator) is answers[0]
+    assert list(iterator) == answers[1:]  # resumes where it was, then finishes
+    assert list(iterator) == answers  # finished: from the first again
+    assert [r.output_tensors()[0].as_numpy().tolist() for r in iterator] == [[0], [1], [2]]
