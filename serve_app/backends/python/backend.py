@@ -162,7 +162,8 @@ def _never() -> bool:
 class _Answers:
     """What a non-decoupled batch's requests sent through their senders (at most one response each).
     A request is done once it has its response, or its sender is gone.  Only a model that answers after
-    ``execute`` returned None is waited for, so the event to wait on is made then, not per request."""
+    ``execute`` returned None (or a list with None entries) is waited for, so the event to wait on is made
+    then, not per request."""
 
     def __init__(self, count: int) -> None:
         self.sent: list[pb_utils.InferenceResponse | None] = [None] * count
@@ -178,6 +179,10 @@ class _Answers:
                 self._finish(index)
 
         return emit
+
+    def returned(self, index: int) -> None:
+        """Request ``index`` was answered in ``execute``'s returned list: nothing to wait for."""
+        self._finish(index)
 
     def gone(self, index: int) -> Callable[[object], None]:
         """What a weak reference to request ``index``'s sender calls once the sender is collected."""
@@ -388,6 +393,12 @@ class PythonBackend(Backend):
             returned = self._call(self._exec_context, self.model.execute, requests)
             del requests  # what the model answers later, it keeps
             if returned is None:
+                answers_sent.wait(self._late_answer_s)
+            elif isinstance(returned, list) and len(returned) == count and None in returned:
+                # A None entry: that request answers through its sender, later perhaps (as in Triton).
+                for i, response in enumerate(returned):
+                    if response is not None:
+                        answers_sent.returned(i)
                 answers_sent.wait(self._late_answer_s)
             return self._collect(returned, count, parts, answers_sent)
         except MODEL_ERRORS as exc:

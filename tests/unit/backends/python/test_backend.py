@@ -93,6 +93,15 @@ class TritonPythonModel:
 
             threading.Thread(target=answer).start()
             return None
+        if self.mode == "later-mixed":  # the last request answers through its sender, after execute returned
+            sender, last = requests[-1].get_response_sender(), responses[-1]
+
+            def answer_last():
+                time.sleep(0.05)
+                sender.send(last, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            threading.Thread(target=answer_last).start()
+            return responses[:-1] + [None]
         return responses
 
     def finalize(self):
@@ -367,6 +376,16 @@ def test_answers_sent_from_a_thread_after_execute_returned_are_waited_for(make: 
     results = backend.execute_parts({}, execution(part(1.0), part(2.0, ("OUTPUT0",))))
     assert [r.error for r in results] == [None, None]
     assert results[0].outputs["OUTPUT0"].tolist() == [2.0] * 4 and set(results[1].outputs) == {"OUTPUT0"}
+
+
+def test_a_none_entry_in_the_returned_list_answers_through_its_sender(make: Factory) -> None:
+    """As in Triton: the other entries are the answers, and the None one's sender stays open for its answer."""
+    backend = make(ADD_PY)
+    backend.model.mode = "later-mixed"
+    results = backend.execute_parts({}, execution(part(1.0), part(2.0, ("OUTPUT0",))))
+    assert [r.error for r in results] == [None, None]
+    assert results[0].outputs["OUTPUT0"].tolist() == [2.0] * 4
+    assert results[1].outputs["OUTPUT0"].tolist() == [3.0] * 4 and set(results[1].outputs) == {"OUTPUT0"}
 
 
 def test_none_without_an_answer_is_an_error(make: Factory) -> None:
