@@ -14,7 +14,9 @@ import json
 import logging
 import queue
 import struct
+import weakref
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -884,12 +886,20 @@ def _model_log(message: str, level: int) -> None:
 
 
 # -- custom metrics -----------------------------------------------------------------------------------------
+_FAMILY_DELETED = (
+    "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The 'MetricFamily' object "
+    "should be deleted AFTER its corresponding 'Metric' objects have been deleted."
+)
+
+
 class Metric:
-    """One labelled series of a :class:`MetricFamily` (``family.Metric(labels=..., buckets=...)``)."""
+    """One labelled series of a :class:`MetricFamily` (``family.Metric(labels=..., buckets=...)``).  As in
+    Triton, it refuses every operation once its family object is deleted."""
 
     def __init__(self, family: str, labels: Labels) -> None:
         self._family = family
         self._labels = labels
+        self._cleared = False
 
     def increment(self, value: float) -> None:
         _metric_call("Failed to increment metric value: ", custom_metrics.REGISTRY.increment, self, value)
@@ -901,6 +911,8 @@ class Metric:
         _metric_call("Failed to observe metric value: ", custom_metrics.REGISTRY.observe, self, value)
 
     def value(self) -> float:
+        if self._cleared:
+            raise TritonModelException(_FAMILY_DELETED)
         try:
             return custom_metrics.REGISTRY.value(self._family, self._labels)
         except custom_metrics.MetricError as exc:
@@ -908,6 +920,8 @@ class Metric:
 
 
 def _metric_call(what: str, call: Callable[[str, Labels, float], None], metric: Metric, value: float) -> None:
+    if metric._cleared:
+        raise TritonModelException(_FAMILY_DELETED)
     try:
         call(metric._family, metric._labels, float(value))
     except custom_metrics.MetricError as exc:
@@ -923,6 +937,7 @@ class MetricFamily:
     HISTOGRAM = custom_metrics.HISTOGRAM
 
     def __init__(self, name: str, description: str, kind: str) -> None:
+        self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
         try:
             custom_metrics.REGISTRY.family(name, description, kind)
         except custom_metrics.MetricError as exc:
@@ -938,11 +953,19 @@ class MetricFamily:
                 raise TritonModelException("Failed to create metric. Buckets must be a list.")
             if self._kind != self.HISTOGRAM:
                 raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            if any(not a < b for a, b in pairwise(buckets)):  # prometheus-cpp's check
+                raise TritonModelException("Error when creating Metric: Bucket Boundaries must be strictly sorted")
         elif self._kind == self.HISTOGRAM:
             raise TritonModelException("Failed to create metric. Missing required buckets.")
         key = custom_metrics.labels_of(labels)
         custom_metrics.REGISTRY.add_metric(self._name, key, buckets)
-        return Metric(self._name, key)
+        metric = Metric(self._name, key)
+        self._metrics.add(metric)
+        return metric
+
+    def __del__(self) -> None:
+        for metric in list(getattr(self, "_metrics", ())):
+            metric._cleared = True
 
 
 def _control(call: Callable[[Any], Any], what: str) -> Any:

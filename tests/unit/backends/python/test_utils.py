@@ -334,9 +334,10 @@ def test_request_constructor_validation() -> None:
     assert model_exception(pb_utils.InferenceRequest, correlation_id=1.5, **need) == (
         "Correlation ID must be integer or string"
     )
-    assert model_exception(
-        pb_utils.InferenceRequest, request_id="7", **{**need, "inputs": [x, None]}
-    ) == "Input tensor for request with id '7' and model name 'm' should not be empty."
+    assert (
+        model_exception(pb_utils.InferenceRequest, request_id="7", **{**need, "inputs": [x, None]})
+        == "Input tensor for request with id '7' and model name 'm' should not be empty."
+    )
     assert model_exception(
         pb_utils.InferenceRequest, request_id="7", **{**need, "requested_output_names": ["y", ""]}
     ) == ("Requested output name for request with id '7' and model name 'm' should not be empty.")
@@ -631,6 +632,40 @@ def test_metric_family_as_triton_checks_it(monkeypatch: pytest.MonkeyPatch) -> N
     assert model_exception(pb_utils.MetricFamily, "latency", "", pb_utils.MetricFamily.GAUGE).startswith(
         "Error when creating MetricFamily: "
     )
+
+
+def test_histogram_buckets_and_a_deleted_family_as_triton_refuses_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve_app.inference import custom_metrics
+
+    monkeypatch.setattr(custom_metrics, "REGISTRY", custom_metrics.Registry())
+    histogram = pb_utils.MetricFamily("h", "H", pb_utils.MetricFamily.HISTOGRAM)
+    unsorted = "Error when creating Metric: Bucket Boundaries must be strictly sorted"
+    assert model_exception(histogram.Metric, labels={}, buckets=[2.5, 0.1, 1.0]) == unsorted
+    assert model_exception(histogram.Metric, labels={}, buckets=[1, 1, 2]) == unsorted
+    assert (
+        model_exception(histogram.Metric, labels={}, buckets=None)
+        == "Failed to create metric. Missing required buckets."
+    )
+    histogram.Metric(labels={}, buckets=[])
+    for kind in (pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE):
+        family = pb_utils.MetricFamily(f"lifetime_{kind}", "", kind)
+        metric = family.Metric(labels={"a": "b"})
+        del family
+        for call in (metric.increment, metric.set):
+            assert model_exception(call, 10).startswith("Invalid metric operation as the corresponding 'MetricFamily'")
+        assert model_exception(metric.value).startswith("Invalid metric operation")
+
+
+def test_the_metrics_port_shows_this_processs_families_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model in the gateway's process sees the families it created on the metrics port while it executes."""
+    from serve_app.inference import custom_metrics
+
+    monkeypatch.setattr(custom_metrics, "REGISTRY", custom_metrics.Registry())
+    collected = custom_metrics.Collected()
+    assert collected.render() == []
+    family = pb_utils.MetricFamily("live", "Live", pb_utils.MetricFamily.GAUGE)
+    family.Metric(labels={"m": "x"}).set(4)
+    assert collected.render() == ["# HELP live Live", "# TYPE live gauge", 'live{m="x"} 4']
 
 
 def test_a_bf16_input_refuses_as_numpy_as_in_triton_and_goes_through_dlpack() -> None:
