@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import queue
 import struct
 import weakref
@@ -754,11 +755,32 @@ def _writable(array: np.ndarray) -> np.ndarray:
     return array if array.flags.writeable else array.copy()
 
 
+class _Forked:
+    """Whether this process is a fork of the model's (``multiprocessing`` with the 'fork' start method):
+    the threads that carry BLS calls to the server did not come along, so a call would wait for ever."""
+
+    child = False
+
+    @classmethod
+    def after_in_child(cls) -> None:
+        cls.child = True
+
+
+os.register_at_fork(after_in_child=_Forked.after_in_child)
+
+FORKED_BLS = (
+    "BLS is not available in a process forked from the model's (multiprocessing's 'fork' start method): "
+    "call exec() from the model's own process, or from threads"
+)
+
+
 def _bls_context() -> Any:
     """The calling model's context, or the error response a BLS call gets without one."""
     ctx = current()
     if ctx is None or not ctx.in_execute:
         raise TritonModelException("BLS is only supported during the 'execute' function.")
+    if _Forked.child:
+        return InferenceResponse(error=TritonError(FORKED_BLS))
     if ctx.link is None or ctx.event_loop() is None:
         return InferenceResponse(error=TritonError("BLS is not available in this server process"))
     return ctx

@@ -696,3 +696,20 @@ def test_a_finished_response_iterator_yields_its_responses_again_as_in_triton() 
     assert list(iterator) == answers[1:]  # resumes where it was, then finishes
     assert list(iterator) == answers  # finished: from the first again
     assert [r.output_tensors()[0].as_numpy().tolist() for r in iterator] == [[0], [1], [2]]
+
+
+def test_bls_from_a_forked_child_answers_an_error_instead_of_waiting_for_ever() -> None:
+    """multiprocessing's 'fork' children inherit the model's context but not the threads BLS calls ride on."""
+    import multiprocessing
+
+    with model_context(in_execute=True), multiprocessing.get_context("fork").Pool(1) as pool:
+        message = pool.apply(_bls_error_message)
+    assert message == pb_utils.FORKED_BLS
+
+
+def _bls_error_message() -> str:
+    request = pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor("x", np.zeros(1))], requested_output_names=["y"], model_name="other"
+    )
+    response = request.exec()
+    return str(response.error().message()) if response.has_error() else ""
