@@ -45,6 +45,7 @@ from serve_app.backends.python.environment import add_execution_env
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.json_format import config_to_json
 from serve_app.errors import InternalError, ServeError
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.execution import Execution, PartResult, RequestPart
 from serve_app.protos import model_config_pb2 as mc
 
@@ -384,11 +385,12 @@ class PythonBackend(Backend):
         count = len(requests)
         answers_sent = _Answers(count)
         senders = []  # weakly: a sender the model lets go of unanswered ends the wait for it
-        for i, request in enumerate(requests):
-            sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), _never, decoupled=False)
-            request.attach(sender, _never)
+        for i, (request, part) in enumerate(zip(requests, parts, strict=True)):
+            cancelled = _fired(part.cancel) if part.cancel is not None else _never
+            sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), cancelled, decoupled=False)
+            request.attach(sender, cancelled)
             senders.append(weakref.ref(sender, answers_sent.gone(i)))  # held until the end of this call
-        del sender, request
+        del sender, request, part
         try:
             returned = self._call(self._exec_context, self.model.execute, requests)
             del requests  # what the model answers later, it keeps
@@ -480,7 +482,7 @@ class PythonBackend(Backend):
             # A sender the model lets go of without FINAL: its client gets an error instead of waiting for ever.
             weakref.finalize(sender, stream.fail, InternalError(_ABANDONED.format(model=self.instance_name)))
             streams.append(stream)
-        del sender, request
+        del sender, request, part
         try:
             returned = self._call(self._exec_context, self.model.execute, requests, wait=False)
             if returned is not None and not asyncio.isfuture(returned) and not hasattr(returned, "add_done_callback"):
@@ -533,6 +535,11 @@ _ABANDONED = (
 
 def _cancel_check(cancelled: Callable[[int], bool], index: int) -> Callable[[], bool]:
     return lambda: cancelled(index)
+
+
+def _fired(signal: CancelSignal) -> Callable[[], bool]:
+    """A non-decoupled request's ``is_cancelled()``: its caller went away while it executes."""
+    return lambda: signal.fired
 
 
 def _after_async(
