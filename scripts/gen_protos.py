@@ -3,11 +3,14 @@
 Two steps, both deterministic:
 
 * ``--derive``: print ``model_config.proto`` and ``grpc_service.proto`` from the
-  descriptors that the installed ``tritonclient`` ships, under our own proto
-  package (``serve_app.triton``) so both can live in one process.  Field names,
-  numbers, types and labels are Triton's; this is how we stay wire compatible.
+  descriptors that the installed ``tritonclient`` ships, under Triton's proto
+  package (``inference``), so that stubs any gRPC stack generates from them reach
+  the server.  Field names, numbers, types and labels are Triton's.
 * default: compile the ``.proto`` files in ``serve_app/protos`` with
-  ``grpc_tools.protoc`` into ``*_pb2.py`` / ``*_pb2.pyi`` next to them.
+  ``grpc_tools.protoc`` into ``*_pb2.py`` / ``*_pb2.pyi`` next to them, registered
+  in serve_app's own descriptor pool (``serve_app.protos.pool``): tritonclient
+  puts the same ``inference.*`` symbols in the default pool, and both must load
+  in one process.
 
 ``tests/unit/test_protos.py`` checks that the checked-in modules are current and
 that every message matches tritonclient's field for field.
@@ -25,7 +28,7 @@ from google.protobuf import descriptor_pb2
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "serve_app" / "protos"
-PACKAGE = "serve_app.triton"
+PACKAGE = "inference"
 FILES = ("model_config.proto", "grpc_service.proto")
 
 _SCALARS = {
@@ -47,11 +50,14 @@ _SCALARS = {
 }
 
 HEADER = """// serve_app's copy of the Triton {what}.
-// Field names and numbers match Triton's so that stock clients interoperate;
-// the proto package is ours so that these types and tritonclient's can be
-// loaded in one process.  Regenerate the Python modules with
-// `python scripts/gen_protos.py` after editing.
+// Package, field names and numbers are Triton's, so that stubs generated from
+// this file by any gRPC stack reach serve_app and Triton alike.  Regenerate the
+// Python modules with `python -m scripts.gen_protos` after editing.
 """
+
+_DEFAULT_POOL = "_descriptor_pool.Default()"
+_OWN_POOL = "_pool.POOL"
+_POOL_IMPORT = "from serve_app.protos import pool as _pool\n"
 
 
 class _Printer:
@@ -191,6 +197,17 @@ def compile_to(out_dir: pathlib.Path) -> None:
         ]
         if protoc.main(args) != 0:
             raise SystemExit(f"protoc failed on {name}")
+        _use_own_pool(out_dir / "serve_app" / "protos" / name.replace(".proto", "_pb2.py"))
+
+
+def _use_own_pool(module: pathlib.Path) -> None:
+    """Register the generated module's file in serve_app's pool instead of the default one."""
+    text = module.read_text()
+    if _DEFAULT_POOL not in text:
+        raise SystemExit(f"{module.name}: protoc's output no longer calls {_DEFAULT_POOL}")
+    marker = "# @@protoc_insertion_point(imports)\n"
+    text = text.replace(_DEFAULT_POOL, _OWN_POOL).replace(marker, marker + "\n" + _POOL_IMPORT)
+    module.write_text(text)
 
 
 def generate() -> None:

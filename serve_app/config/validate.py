@@ -148,7 +148,8 @@ def validate_config(config: mc.ModelConfig, *, model: str, path: str) -> None:
     if config.model_transaction_policy.decoupled:
         if config.response_cache.enable:
             where.fail("response_cache.enable", "the response cache does not support decoupled models")
-        if config.backend != PYTHON_BACKEND:
+        # An ensemble's own flag is replaced by its steps' once they load, as Triton's ensemble check sets it.
+        if config.backend != PYTHON_BACKEND and config.platform != ENSEMBLE_PLATFORM:
             where.fail(
                 "model_transaction_policy.decoupled",
                 f"decoupled models are served for backend 'python' only (this model's backend is '{config.backend}')",

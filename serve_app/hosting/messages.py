@@ -44,6 +44,10 @@ class ExecuteOn:
     executions: list[Execution]
     logs: LogSettings | None = None  # the server's log settings, when they changed since this instance last had them
 
+    def cancel_signals(self) -> tuple[CancelSignal | None, ...]:
+        """Its requests' cancel signals, execution after execution, which the channel forwards by index."""
+        return tuple(part.cancel for execution in self.executions for part in execution.parts)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamOn:

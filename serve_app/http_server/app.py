@@ -9,6 +9,7 @@ holding it (413).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serve_app.config import config_to_json
-from serve_app.errors import Cancelled, InvalidArgument, ServeError, as_serve_error
+from serve_app.errors import Cancelled, InvalidArgument, ResourceExhausted, ServeError, as_serve_error
 from serve_app.http_server.generate import generate_routes
 from serve_app.http_server.infer_route import (
     HEADER_LENGTH,
@@ -32,7 +33,7 @@ from serve_app.http_server.shared_memory import shared_memory_routes
 from serve_app.http_server.trace_logging import mark_received, trace_logging_routes, traced_infer
 from serve_app.limits import DEFAULT_LIMITS, RequestLimits
 from serve_app.protocol import http_codec, repository_codec, stats_codec
-from serve_app.protocol.limits import body_too_large
+from serve_app.protocol.limits import json_too_large
 from serve_app.protocol.status import http_status
 from serve_app.service import InferenceService
 from serve_app.service.inference_service import ModelMetadata
@@ -57,21 +58,30 @@ async def _routing_error(request: Request, exc: Exception) -> Response:
     return Response(http_codec.error_body(detail), status_code=status, media_type=JSON, headers=headers)
 
 
+INVALID_READY = "Invalid value for 'ready': expected a boolean"
+# A repository index body whose 'ready' is an array or an object: not a boolean, however deep it nests.
+_READY_NOT_A_BOOLEAN = re.compile(rb'\s*\{\s*"ready"\s*:\s*[\[{]')
+
+
 async def read_body(request: Request, limits: RequestLimits) -> bytes:
-    """The request body, refused (413) when its Content-Length or, lacking one, its bytes pass the limit.
+    """A JSON request body, refused (413, in the words of Triton's check) when its Content-Length or,
+    lacking one, its bytes pass the limit.
 
     The rest of a refused body is left to the HTTP server, which discards it unread (uvicorn does) and keeps
     the connection: closing it instead would reset it under a client still sending, which then never reads
     the 413.
     """
-    declared_length(request.headers.get("content-length"), limits)
+    try:
+        declared_length(request.headers.get("content-length"), limits)
+    except ResourceExhausted:
+        raise json_too_large(int(request.headers["content-length"].strip()), limits) from None
     chunks: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limits.max_body_bytes:
-                raise body_too_large(None, limits)
+                raise json_too_large(None, limits)
             chunks.append(chunk)
     except ClientDisconnect:
         raise Cancelled("the client disconnected while sending the request body") from None
@@ -141,12 +151,14 @@ def build_http_app(
         body = await read_body(request, limits)
         ready_only = False
         if body.strip():
+            if _READY_NOT_A_BOOLEAN.match(body):  # Triton's check, which it reaches whatever the value's depth
+                raise InvalidArgument(INVALID_READY)
             obj = http_codec.parse_json(body, limits)
             if not isinstance(obj, dict):
                 raise InvalidArgument("repository index request must be a JSON object")
             ready = obj.get("ready", False)
             if not isinstance(ready, bool):
-                raise InvalidArgument("Invalid value for 'ready': expected a boolean")
+                raise InvalidArgument(INVALID_READY)
             ready_only = ready
         entries = await service.repository_index_async(ready_only)
         out = []

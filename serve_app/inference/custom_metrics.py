@@ -4,8 +4,8 @@ to the metrics port.
 A model process keeps its families in :data:`REGISTRY`.  Each batch result an instance returns, and
 each final response of a decoupled request, carries a :class:`Snapshot` of that registry (when it has
 any family), so the values reach the gateways wherever the instance runs; a gateway keeps the latest
-snapshot of each process (:class:`Collected`) and the metrics port renders them after Triton's own
-metrics.  As in Triton, a family is one per name across
+snapshot of each process (:class:`Collected`), and its own process's registry as it is at the scrape,
+and the metrics port renders them after Triton's own metrics.  As in Triton, a family is one per name across
 the server: a counter's value is the sum over the processes that report it, a gauge's the one set last.
 """
 
@@ -173,7 +173,9 @@ class Collected:
             self._latest[snapshot.source] = snapshot
 
     def render(self) -> list[str]:
-        """The families in Prometheus text format, Triton's way (labels in name order)."""
+        """The families in Prometheus text format, Triton's way (labels in name order).  Those of the
+        models in this very process are read now, so a model sees its own families while it executes."""
+        self.record(REGISTRY.snapshot())
         merged: dict[str, tuple[FamilySnapshot, dict[Labels, float], dict[Labels, _Histogram]]] = {}
         for snap in sorted(self._latest.values(), key=lambda s: s.taken):  # oldest first: a gauge set last wins
             for fam in snap.families:

@@ -191,6 +191,9 @@ def _parse_params(value: object, where: str) -> dict[str, ParamValue]:
     return value
 
 
+NEGATIVE_DIMENSION = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+
+
 def _is_uint(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 0
 
@@ -219,6 +222,8 @@ def _decode_input(
     shape = item.get("shape")
     if not _is_int64_list(shape):
         raise InvalidArgument(f"Unable to parse 'shape': input '{name}' needs a 'shape' array of 64-bit integers")
+    if shape and min(shape) < 0:  # Triton's HTTP front end reads each dimension as unsigned: a 500 of its parser
+        raise InternalError(NEGATIVE_DIMENSION)
     params = _parse_params(item.get("parameters"), f"input '{name}'")
 
     has_data = "data" in item

@@ -36,6 +36,16 @@ def body_too_large(size: int | None, limits: RequestLimits) -> ResourceExhausted
     )
 
 
+def json_too_large(size: int | None, limits: RequestLimits) -> ResourceExhausted:
+    """The 413 for a body that is all JSON (repository, shared memory, trace and log requests), in the
+    words of Triton's check on it (``request JSON size ... exceeds the maximum allowed input size``)."""
+    what = f"request JSON size of {size} bytes" if size is not None else "request JSON size"
+    return ResourceExhausted(
+        f"{what} exceeds the maximum allowed input size of {limits.max_body_bytes} bytes, "
+        f"{_raise_hint('max_body_bytes')}"
+    )
+
+
 def check_body_size(size: int, limits: RequestLimits) -> None:
     if size > limits.max_body_bytes:
         raise body_too_large(size, limits)

@@ -20,6 +20,7 @@ from typing import Any
 from serve_app.settings import ServerSettings
 
 MODELS_LOGGER = "serve_app.models"
+RETRY_LOG_ENV = "RAY_enable_output_error_log_if_still_retry"
 
 
 def ray_log_level(settings: ServerSettings) -> str:
@@ -38,10 +39,16 @@ def prepare_environment(settings: ServerSettings, starts_ray: bool) -> None:
     - worker output reaches the terminal without Ray's ``(Actor pid=...)`` prefix, so that a model's line
       reads as the server's own (``RAY_DISABLE_WORKER_LOG_PREFIX``, read as Ray is imported);
     - a Ray started here uses token authentication, as Ray chooses by default for a new local cluster, but
-      named (``RAY_AUTH_MODE=token``), so Ray does not warn at every start that it chose it."""
+      named (``RAY_AUTH_MODE=token``), so Ray does not warn at every start that it chose it;
+    - a task that Ray retries is not announced on the terminal (``(raylet) Task ... failed. There are
+      infinite retries remaining``): at every shutdown Serve kills its controller under the calls this
+      process and the replicas have in flight to it, and Ray retries them, to no end a user can act on
+      (``RAY_enable_output_error_log_if_still_retry``, read as Ray's processes start); a task that fails
+      for good still raises where it was called."""
     if settings.ray_logs:
         return
     os.environ.setdefault("RAY_DISABLE_WORKER_LOG_PREFIX", "1")
+    os.environ.setdefault(RETRY_LOG_ENV, "0")
     if starts_ray:
         os.environ.setdefault("RAY_AUTH_MODE", "token")
 

@@ -51,6 +51,13 @@ logger = logging.getLogger("serve_app")
 DRAIN_TIMEOUT_S = 30.0
 
 
+def _node_id() -> str:
+    """This process's Ray node: what a per-node registry is keyed by (nodes may share a hostname and /tmp)."""
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
 class Gateway(StopsOnShutdown):
     # Ray Serve awaits a deployment's async __init__ (mypy wants __init__ to return None, hence the ignore)
     async def __init__(self, settings: ServerSettings, token: bytes, manager: Any, router: Any) -> None:  # type: ignore[misc]
@@ -96,7 +103,9 @@ class Gateway(StopsOnShutdown):
             rate_limits=settings.rate_limit_resources(),
             stats_source=self._cluster_stats if settings.gateway_replicas > 1 else None,
             # the gateways of a node share the registry: a region registered with one serves requests to any
-            shared_memory=SharedMemory(DirectoryStore(node_directory(token))) if settings.allow_client_shm else None,
+            shared_memory=SharedMemory(DirectoryStore(node_directory(token, _node_id())))
+            if settings.allow_client_shm
+            else None,
             diagnostics=Diagnostics(settings.trace_startup(), settings.log_settings(), ManagerDiagnostics(manager)),
             strict_readiness=settings.strict_readiness,
         )

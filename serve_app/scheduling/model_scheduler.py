@@ -12,7 +12,8 @@ drives it with asyncio and a clock.
 - A request whose caller is cancelled (its client cancelled the call or closed
   the connection) while it waits in the queue leaves the queue at once, never
   executes, and counts as failed with reason CANCELED; one already sent to an
-  instance runs to its end.
+  instance runs to its end, and a model that answers request by request (the
+  Python backend) sees it cancelled through its request's cancel signal.
 - With a response cache (the model's ``response_cache { enable: true }`` and
   the server's ``--cache-config``), a request whose answer is cached is
   answered at once, without queueing or executing; the others' answers are kept.
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from serve_app import datatypes
 from serve_app.errors import Cancelled, InternalError, ServeError, Unavailable, as_serve_error
 from serve_app.inference.batch import merge_inputs, shape_key, split_outputs, union_outputs
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.execution import FLAG_END, FLAG_START, Execution, ExecutionResult, PartResult, RequestPart
 from serve_app.inference.options import RequestOptions
 from serve_app.inference.signature import ModelSignature
@@ -140,6 +142,8 @@ class ModelScheduler:
         job = Job(request, batch_size, arrival_ns, loop.create_future(), trace=spans.current_link())
         job.cache_key, job.lookup_ns = key, lookup_ns
         if self._per_request:
+            if request.cancel is None:  # fired when the caller goes away while the request executes
+                request.cancel = CancelSignal()
             job.part = request_part(request, options)
         batch_key: object = None
         if self._shape_keys:
@@ -172,7 +176,11 @@ class ModelScheduler:
         """The caller went away: drop its request if it still waits, and count it as Triton counts a
         cancelled request (failed, reason CANCELED)."""
         if not self.batcher.queue.remove(entry):
-            return  # already sent to an instance: it runs, its response goes nowhere
+            # Already sent to an instance: it runs, its response goes nowhere, and a model that answers
+            # request by request sees it cancelled (``request.is_cancelled()``), as in Triton.
+            if job.part is not None and job.part.cancel is not None:
+                job.part.cancel.fire()
+            return
         self.stats.pending -= 1
         self.stats.record_failure("CANCELED", self._clock() - job.arrival_ns, time.time_ns() // 1_000_000)
         if self._ordered:

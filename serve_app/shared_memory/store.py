@@ -67,10 +67,12 @@ class MemoryStore:
         self._regions.clear()
 
 
-def node_directory(server_secret: bytes) -> str:
-    """The registry directory on this node of the server whose processes share ``server_secret`` (the same
-    path in each of them, another for each server; named by a hash, which tells nothing of the secret)."""
-    digest = hashlib.sha256(b"serve_app shared memory\0" + server_secret).hexdigest()[:24]
+def node_directory(server_secret: bytes, node_id: str) -> str:
+    """The registry directory of the server whose processes share ``server_secret`` on the Ray node
+    ``node_id`` (the same path in each of them, another for each server and node; named by a hash, which
+    tells nothing of the secret).  Keyed by the node, not by the temporary directory alone: nodes that share
+    a filesystem (containers sharing a host's /tmp) must not share registrations nobody else can map."""
+    digest = hashlib.sha256(b"serve_app shared memory\0" + server_secret + b"\0" + node_id.encode()).hexdigest()[:24]
     return os.path.join(tempfile.gettempdir(), f"serve_app-shm-{digest}")
 
 

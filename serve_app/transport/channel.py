@@ -15,7 +15,7 @@ come back in any order.  A handler that returns an async iterator answers a
 *stream* (:meth:`ChannelClient.stream`): one ``(call_id, ITEM, item)`` frame per
 item as it is produced (the writer's buffer applies back-pressure), then the
 usual final answer; a client that stops reading sends ``(CANCEL, call_id)`` and
-the server stops the iterator.  A stream's payload may carry cancel signals
+the server stops the iterator.  A call's or stream's payload may carry cancel signals
 (a ``cancel_signals()`` method, see :mod:`~serve_app.inference.cancel`): when
 the client's n-th fires, it sends ``(CANCEL_PART, (call_id, n))`` and the server
 fires the n-th of its copy of the payload, leaving the stream running.
@@ -443,12 +443,19 @@ class ChannelClient:
         self._pending[call_id] = fut
         self.inflight += 1
         timer = loop.call_later(timeout_s, _time_out, fut) if timeout_s is not None else None
+        stops = [
+            signal.listen(functools.partial(_soon, loop, self._cancel_part, call_id, n))
+            for n, signal in enumerate(cancel_signals(payload))
+            if signal is not None
+        ]
 
         def done(_: asyncio.Future[Any]) -> None:
             self.inflight -= 1
             self._pending.pop(call_id, None)
             if timer is not None:
                 timer.cancel()
+            for stop in stops:
+                stop()
 
         fut.add_done_callback(done)
         self._outbox.put(frames)
@@ -490,8 +497,8 @@ class ChannelClient:
                 self._outbox.put(encode((CANCEL, call_id)))
 
     def _cancel_part(self, call_id: int, n: int) -> None:
-        """Tell the server to fire the n-th cancel signal of a stream still open."""
-        if call_id in self._streams and not self.closed:
+        """Tell the server to fire the n-th cancel signal of a call or stream still open."""
+        if (call_id in self._streams or call_id in self._pending) and not self.closed:
             self._outbox.put(encode((CANCEL_PART, (call_id, n))))
 
     def _answer(self, call_id: int, ok: Any, result: Any) -> None:

@@ -4,6 +4,7 @@ ens_onnx   ensemble of four add_sub (ONNX) steps: OUT_2A = 2a, OUT_2B = 2b, OUT_
 ens_mixed  add_sub (ONNX) then ts_add_sub (TorchScript): OUT_2A = 2a, OUT_2B = 2b (only with PyTorch)
 ens_square py_square (decoupled: IN = n, n responses n) then square_ident (ONNX identity INT32): a decoupled
            ensemble answering n times OUT = n
+ens_square_declared  the same, whose config declares ``decoupled: true`` itself
 scores     identity FP32 [-1] whose output has a label file (classification extension)
 """
 
@@ -38,13 +39,17 @@ def mixed_ensemble(repo: pathlib.Path, name: str = "ens_mixed") -> pathlib.Path:
     return d
 
 
-def decoupled_ensemble(repo: pathlib.Path, name: str = "ens_square", step: str = "py_square") -> pathlib.Path:
-    """``step`` (a decoupled model: IN INT32 [1] -> OUT INT32 [1]) then an ONNX identity on each response."""
+def decoupled_ensemble(
+    repo: pathlib.Path, name: str = "ens_square", step: str = "py_square", *, declared: bool = False
+) -> pathlib.Path:
+    """``step`` (a decoupled model: IN INT32 [1] -> OUT INT32 [1]) then an ONNX identity on each response;
+    ``declared``: the ensemble's config says ``decoupled: true`` itself, as it may in Triton."""
     example_models.identity(repo, "INT32", name="square_ident", max_batch_size=0)
     d = repo / name
     (d / "1").mkdir(parents=True, exist_ok=True)
+    policy = "model_transaction_policy { decoupled: true }\n" if declared else ""
     (d / "config.pbtxt").write_text(
-        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n{policy}'
         'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
         "ensemble_scheduling { step [\n"
@@ -60,6 +65,7 @@ def decoupled_ensemble(repo: pathlib.Path, name: str = "ens_square", step: str =
 def build_all(repo: pathlib.Path) -> None:
     example_models.add_sub_ensemble(repo, name="ens_onnx", step_model="add_sub")
     decoupled_ensemble(repo)  # its step py_square comes from python_models.build_e2e
+    decoupled_ensemble(repo, name="ens_square_declared", declared=True)
     if torchscript_models.torch_available():
         mixed_ensemble(repo)
     d = example_models.identity(repo, "FP32", name="scores")

@@ -394,12 +394,12 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily(
+        self.family = pb_utils.MetricFamily(
             name="requests_process_latency_ns",
             description="Cumulative time spent processing requests",
             kind=pb_utils.MetricFamily.COUNTER,
         )
-        self.latency = family.Metric(labels={"model": "custom_metrics", "version": "1"})
+        self.latency = self.family.Metric(labels={"model": "custom_metrics", "version": "1"})
 
     def execute(self, requests):
         started = time.time_ns()

@@ -43,3 +43,18 @@ def test_an_ensemble_with_a_decoupled_step_is_refused_where_one_response_is_expe
     assert "HTTP end point doesn't support models with decoupled transaction policy" in str(info.value)
     config = httpclient.InferenceServerClient(server.http_url).get_model_config("ens_square")
     assert config["model_transaction_policy"] == {"decoupled": True}
+
+
+def test_an_ensemble_that_declares_itself_decoupled_streams_one_response_per_step_response(server: Server) -> None:
+    """Triton 2.51 loads an ensemble whose config says ``decoupled: true`` and streams as above."""
+    stream = Stream(server.grpc_url)
+    try:
+        stream.client.async_stream_infer(
+            "ens_square_declared", [grpc_input("IN", IN, "INT32")], request_id="d", enable_empty_final_response=True
+        )
+        answers = [a for a in stream.until_final() if a[1].as_numpy("OUT") is not None]
+    finally:
+        stream.close()
+    assert all(error is None for _, _, error in answers)
+    assert [r.as_numpy("OUT").tolist() for _, r, _ in answers] == [[3], [3], [3]]
+    assert all(r.get_response().model_name == "ens_square_declared" for _, r, _ in answers)

@@ -1,5 +1,6 @@
-"""SIGTERM: the server stops accepting (503), finishes the requests in progress, exits 0, and leaves no
-process of the Ray it started behind.  Its own small server: stopping it is the test."""
+"""SIGTERM: the server stops accepting (503), finishes the requests in progress, exits 0, prints its own
+lines and not Ray's, and leaves no process of the Ray it started behind.  Its own small server: stopping
+it is the test."""
 
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ def test_sigterm_drains_requests_in_progress_and_exits_clean(tmp_path_factory: p
     assert server.proc.wait(timeout=120) == 0
     log = server.log.read_text()
     assert "shutting down: no new requests" in log
+    # serve_app's lines only: not Ray's retries of the calls in flight to the Serve controller it kills
+    assert "retries remaining" not in log and "(raylet)" not in log, log
     left: set[int] = set()
     for _ in range(100):
         left = session_processes(pid)

@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from serve_app.http_server import build_http_app
+from serve_app.protocol.http_codec import NEGATIVE_DIMENSION
 from serve_app.protos import grpc_service_pb2 as pb
 from serve_app.service import InferenceService
 from tests.support import fuzz
@@ -171,12 +172,13 @@ async def test_routing_errors_are_json(server: Server, method: str, path: str, s
         assert resp.headers["allow"] == "POST"
 
 
-async def test_negative_dimension_gets_one_message_on_both_protocols(server: Server) -> None:
-    """HTTP said "Unable to parse 'shape'", gRPC "invalid shape ... must be non-negative"."""
+async def test_negative_dimension_gets_tritons_message_on_each_protocol(server: Server) -> None:
+    """HTTP: Triton's front end reads dimensions as unsigned, and its parser answers 500; gRPC carries int64
+    dimensions to the core's check."""
     t, _ = server
-    expected = "All input dimensions should be specified for input 'INPUT0' for model 'add_sub', got [-1,16]"
     resp = await t.http.post("/v2/models/add_sub/infer", json=add_sub_json([-1, 16], []))
-    assert (resp.status_code, resp.json()) == (400, {"error": expected})
+    assert (resp.status_code, resp.json()) == (500, {"error": NEGATIVE_DIMENSION})
+    expected = "All input dimensions should be specified for input 'INPUT0' for model 'add_sub', got [-1,16]"
     assert (await grpc_call(t, "ModelInfer", add_sub_grpc([-1, 16])))[:2] == ("INVALID_ARGUMENT", expected)
 
 
@@ -225,9 +227,35 @@ async def test_chunked_body_over_the_limit_is_413_while_read(server: Server) -> 
 
     resp = await t.http.post("/v2/repository/index", content=body())
     assert resp.status_code == 413
-    assert resp.json()["error"].startswith("request body size exceeds the maximum allowed value")
+    assert resp.json()["error"].startswith("request JSON size exceeds the maximum allowed input size")
     total = await t.http.post("/v2/repository/index", content=fuzz.chunks(b" " * (LIMITS.max_body_bytes // 2)))
     assert total.status_code == 200
+
+
+async def test_a_deeply_nested_ready_gets_tritons_answer_not_the_depth_limit(server: Server) -> None:
+    """Triton parses the whole body and then finds 'ready' is no boolean; the answer is the same here."""
+    t, _ = server
+    depth = 250_000
+    body = b'{"ready":' + b"[" * depth + b"true" + b"]" * depth + b"}"
+    resp = await t.http.post("/v2/repository/index", content=body)
+    assert (resp.status_code, resp.json()) == (400, {"error": "Invalid value for 'ready': expected a boolean"})
+    deep_elsewhere = await t.http.post(
+        "/v2/repository/index", content=b'{"ready":true,"x":' + b"[" * 200 + b"]" * 200 + b"}"
+    )
+    assert deep_elsewhere.json()["error"].startswith("JSON nesting depth exceeds maximum allowed limit")
+
+
+async def test_a_json_body_over_the_limit_says_so_in_tritons_words(server: Server) -> None:
+    """Triton's check on a JSON body (a model load with its files, say) fires first on the same input."""
+    t, _ = server
+    resp = await t.http.post(
+        "/v2/repository/models/m/load", content=b"{}", headers={"Content-Length": str(LIMITS.max_body_bytes + 1)}
+    )
+    assert resp.status_code == 413
+    assert resp.json()["error"] == (
+        f"request JSON size of {LIMITS.max_body_bytes + 1} bytes exceeds the maximum allowed input size of "
+        f"{LIMITS.max_body_bytes} bytes, the server's max_body_bytes limit (raise it with --max-body-bytes)"
+    )
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1, 2", "\uff11"])  # the last: a full-width digit one
@@ -243,7 +271,7 @@ async def test_default_limits_apply_without_any_wiring(server: Server) -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         resp = await client.post("/v2/repository/index", content=b"{}", headers={"Content-Length": str(2**26 + 1)})
         assert resp.status_code == 413
-        assert "maximum allowed value of 67108864 bytes" in resp.json()["error"]
+        assert "maximum allowed input size of 67108864 bytes" in resp.json()["error"]
         deep = await client.post("/v2/repository/index", content=b"[" * 105 + b"]" * 105)
         assert deep.json()["error"].startswith("JSON nesting depth exceeds maximum allowed limit (100)")
         at_limit = await client.post("/v2/repository/index", content=b"[" * 104 + b"]" * 104)

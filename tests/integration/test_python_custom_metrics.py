@@ -26,13 +26,15 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily(
+        # As in Triton, a family outlives its metrics: they refuse to work once it is deleted.
+        self.elements_family = pb_utils.MetricFamily(
             name="py_counting_elements", description="Elements seen", kind=pb_utils.MetricFamily.COUNTER
         )
-        self.elements = family.Metric(labels={"model": "py_counting", "version": "1"})
-        self.last = pb_utils.MetricFamily(
+        self.elements = self.elements_family.Metric(labels={"model": "py_counting", "version": "1"})
+        self.last_family = pb_utils.MetricFamily(
             name="py_counting_last_sum", description="Sum of the last request", kind=pb_utils.MetricFamily.GAUGE
-        ).Metric()
+        )
+        self.last = self.last_family.Metric()
 
     def execute(self, requests):
         responses = []
@@ -60,9 +62,10 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.sent = pb_utils.MetricFamily(
+        self.family = pb_utils.MetricFamily(
             name="py_counting_stream_responses", description="Responses sent", kind=pb_utils.MetricFamily.COUNTER
-        ).Metric()
+        )
+        self.sent = self.family.Metric()
 
     def execute(self, requests):
         for request in requests:

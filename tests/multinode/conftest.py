@@ -7,11 +7,13 @@ runs it on a head node); ``n2`` to ``n4`` are workers with two fake GPUs each
 ``ray start --head`` turns on Ray's token authentication, so every node and the
 driver get ``RAY_AUTH_MODE=token`` and one token file of ours.  Each node keeps
 its Ray files in a directory of its own (``RAY_TMPDIR``): the namespaces share
-the filesystem.  Teardown kills every process inside the namespaces by PID
-(``ip netns pids``) and removes the namespaces, the veths and the bridge, also
-when a test or the start failed
-(``MULTINODE_KEEP=1`` keeps the logs under /tmp/mn_*).  Where namespaces cannot be made (not root, no
-``ip``, no permission, no bridge) every test here is skipped, saying why.
+the filesystem (and the hostname); ``MULTINODE_SHARED_TMPDIR=1`` gives them one
+temporary directory instead, as containers sharing a host's /tmp have.
+Teardown kills every process inside the namespaces by PID (``ip netns pids``)
+and removes the namespaces, the veths and the bridge, also when a test or the
+start failed (``MULTINODE_KEEP=1`` keeps the logs under /tmp/mn_*).  Where
+namespaces cannot be made (not root, no ``ip``, no permission, no bridge) every
+test here is skipped, saying why.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 NODE_CPUS = 4  # logical CPUs per node (the machine has 2 cores; everything here reserves a small share)
 GPUS_PER_WORKER = 2
 START_TIMEOUT_S = 300.0
+# The variant whose nodes share one temporary directory (Ray's and serve_app's files), as containers that
+# share a host's /tmp do; per-node state must then be told apart by the Ray node, not by the path.
+SHARED_TMPDIR = os.environ.get("MULTINODE_SHARED_TMPDIR") == "1"
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -90,10 +95,14 @@ class MultiNode:
     def node_log(self, node: Node) -> pathlib.Path:
         return self.tmp / f"{node.name}.log"
 
+    def node_tmp(self, node: Node) -> pathlib.Path:
+        """A node's temporary directory: its own, as on a machine of its own; with ``MULTINODE_SHARED_TMPDIR=1``
+        one for all, as containers sharing a host's /tmp (and hostname) have it."""
+        return self.tmp / "shared" if SHARED_TMPDIR else self.tmp / node.name
+
     def start_ray(self, node: Node) -> None:
         """``ray start --block`` inside ``node``: the head on n1, a worker elsewhere."""
-        # A node's temporary files are its own, as on a machine of its own (the per-node shared-memory registry).
-        env = dict(self.env, RAY_TMPDIR=str(self.tmp / node.name), TMPDIR=str(self.tmp / node.name))
+        env = dict(self.env, RAY_TMPDIR=str(self.node_tmp(node)), TMPDIR=str(self.node_tmp(node)))
         os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
         common = [
             "--node-ip-address", node.address, "--num-cpus", str(NODE_CPUS), "--disable-usage-stats",
@@ -113,7 +122,7 @@ class MultiNode:
     def ray_script(self, code: str, timeout_s: float = 120.0) -> str:
         """Run Python ``code`` as a Ray driver on the head node (``ray`` connected); its stdout."""
         prelude = f"import ray, json\nray.init(address='{self.head.address}:{RAY_PORT}', logging_level='ERROR')\n"
-        env = dict(self.env, RAY_TMPDIR=str(self.tmp / self.head.name))
+        env = dict(self.env, RAY_TMPDIR=str(self.node_tmp(self.head)))
         return self.net.run(self.head, [sys.executable, "-c", prelude + code], env, timeout_s)
 
     def ray_result(self, code: str, value: str) -> Any:
@@ -170,7 +179,7 @@ def _start(cluster: MultiNode) -> None:
         "--model-control-mode", "explicit", *[a for m in models.LOADED for a in ("--load-model", m)],
         "--allow-client-shm",
     ]  # fmt: skip
-    env = dict(cluster.env, RAY_TMPDIR=str(cluster.tmp / cluster.head.name))
+    env = dict(cluster.env, RAY_TMPDIR=str(cluster.node_tmp(cluster.head)))
     driver = cluster.net.popen(cluster.head, cmd, str(cluster.driver_log), env)
 
     def ready() -> bool:

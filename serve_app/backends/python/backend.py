@@ -45,7 +45,9 @@ from serve_app.backends.python.environment import add_execution_env
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.json_format import config_to_json
 from serve_app.errors import InternalError, ServeError
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.execution import Execution, PartResult, RequestPart
+from serve_app.protos import model_config_pb2 as mc
 
 logger = logging.getLogger("ray.serve")
 
@@ -161,7 +163,8 @@ def _never() -> bool:
 class _Answers:
     """What a non-decoupled batch's requests sent through their senders (at most one response each).
     A request is done once it has its response, or its sender is gone.  Only a model that answers after
-    ``execute`` returned None is waited for, so the event to wait on is made then, not per request."""
+    ``execute`` returned None (or a list with None entries) is waited for, so the event to wait on is made
+    then, not per request."""
 
     def __init__(self, count: int) -> None:
         self.sent: list[pb_utils.InferenceResponse | None] = [None] * count
@@ -177,6 +180,10 @@ class _Answers:
                 self._finish(index)
 
         return emit
+
+    def returned(self, index: int) -> None:
+        """Request ``index`` was answered in ``execute``'s returned list: nothing to wait for."""
+        self._finish(index)
 
     def gone(self, index: int) -> Callable[[object], None]:
         """What a weak reference to request ``index``'s sender calls once the sender is collected."""
@@ -251,6 +258,7 @@ class PythonBackend(Backend):
         model_dir = ctx.model_file.parent.parent
         self._batched = config.max_batch_size > 0
         self._all_outputs = tuple(o.name for o in config.output)
+        self._bf16_inputs = frozenset(i.name for i in config.input if i.data_type == mc.TYPE_BF16)
         link: ServerLink | None = ctx.server_link
         self._base = ModelContext(ctx.model_name, str(ctx.model_file.parent), self.instance_name, link, ctx.loop)
         self._exec_context = ModelContext(
@@ -327,6 +335,7 @@ class PythonBackend(Backend):
                     correlation_id=part.correlation_id,
                     flags=part.flags,
                     timeout_us=part.timeout_us,
+                    bf16=self._bf16_inputs,
                 )
             )
         return out
@@ -376,15 +385,22 @@ class PythonBackend(Backend):
         count = len(requests)
         answers_sent = _Answers(count)
         senders = []  # weakly: a sender the model lets go of unanswered ends the wait for it
-        for i, request in enumerate(requests):
-            sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), _never, decoupled=False)
-            request.attach(sender, _never)
+        for i, (request, part) in enumerate(zip(requests, parts, strict=True)):
+            cancelled = _fired(part.cancel) if part.cancel is not None else _never
+            sender = pb_utils.InferenceResponseSender(answers_sent.emitter(i), cancelled, decoupled=False)
+            request.attach(sender, cancelled)
             senders.append(weakref.ref(sender, answers_sent.gone(i)))  # held until the end of this call
-        del sender, request
+        del sender, request, part
         try:
             returned = self._call(self._exec_context, self.model.execute, requests)
             del requests  # what the model answers later, it keeps
             if returned is None:
+                answers_sent.wait(self._late_answer_s)
+            elif isinstance(returned, list) and len(returned) == count and None in returned:
+                # A None entry: that request answers through its sender, later perhaps (as in Triton).
+                for i, response in enumerate(returned):
+                    if response is not None:
+                        answers_sent.returned(i)
                 answers_sent.wait(self._late_answer_s)
             return self._collect(returned, count, parts, answers_sent)
         except MODEL_ERRORS as exc:
@@ -466,7 +482,7 @@ class PythonBackend(Backend):
             # A sender the model lets go of without FINAL: its client gets an error instead of waiting for ever.
             weakref.finalize(sender, stream.fail, InternalError(_ABANDONED.format(model=self.instance_name)))
             streams.append(stream)
-        del sender, request
+        del sender, request, part
         try:
             returned = self._call(self._exec_context, self.model.execute, requests, wait=False)
             if returned is not None and not asyncio.isfuture(returned) and not hasattr(returned, "add_done_callback"):
@@ -521,6 +537,11 @@ def _cancel_check(cancelled: Callable[[int], bool], index: int) -> Callable[[], 
     return lambda: cancelled(index)
 
 
+def _fired(signal: CancelSignal) -> Callable[[], bool]:
+    """A non-decoupled request's ``is_cancelled()``: its caller went away while it executes."""
+    return lambda: signal.fired
+
+
 def _after_async(
     streams: list[_StreamPart], failure: Callable[[BaseException], InternalError], name: str
 ) -> Callable[[Any], None]:
@@ -550,7 +571,7 @@ def _to_part(response: pb_utils.InferenceResponse, wanted: frozenset[str]) -> Pa
     for tensor in response.output_tensors():
         name = tensor.name()
         if name in wanted:
-            outputs[name] = _plain(tensor.as_numpy())
+            outputs[name] = _plain(tensor._data)
     return PartResult(outputs=outputs, parameters=response.parameter_dict())
 
 

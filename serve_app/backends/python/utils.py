@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import queue
 import struct
+import weakref
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -204,10 +207,23 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
     return np.array(out, dtype=np.object_)
 
 
-class Tensor:
-    """A named tensor on the CPU: ``Tensor(name, numpy_array)``."""
+_BF16 = _TRITON_TYPES["BF16"]
+_BF16_TO_NUMPY = (
+    "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+)
 
-    def __init__(self, name: str, data: Any, *_: Any) -> None:
+
+class Tensor:
+    """A named tensor on the CPU: ``Tensor(name, numpy_array)``.  A BF16 tensor holds its 16-bit patterns
+    (numpy has no bfloat16) and, as in Triton, refuses ``as_numpy()``."""
+
+    _bf16 = False
+
+    def __init__(self, name: str | bytes, data: Any, *_: Any) -> None:
+        if isinstance(name, bytes):
+            name = name.decode()
+        if not isinstance(name, str) or data is None:
+            raise _incompatible("__init__()", "Tensor(name: str, data: numpy.ndarray)", name, data)
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = np.asarray(data)
@@ -224,24 +240,29 @@ class Tensor:
         self._data = array
 
     @classmethod
-    def _handed(cls, name: str, array: np.ndarray) -> Tensor:
+    def _handed(cls, name: str, array: np.ndarray, bf16: bool = False) -> Tensor:
         """An input as the server hands it to ``execute``: a contiguous array of a Triton datatype is taken
-        as it is, unchecked (every input of every request is built here)."""
+        as it is, unchecked (every input of every request is built here); ``bf16``: its datatype is BF16."""
         if not array.flags.c_contiguous or array.dtype.kind in "SU":
-            return cls(name, array)
-        tensor = cls.__new__(cls)
-        tensor._name = name
-        tensor._data = array
+            tensor = cls(name, array)
+        else:
+            tensor = cls.__new__(cls)
+            tensor._name = name
+            tensor._data = array
+        if bf16:
+            tensor._bf16 = True
         return tensor
 
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
+        if self._bf16:
+            raise TritonModelException(_BF16_TO_NUMPY)
         return self._data
 
     def triton_dtype(self) -> int | None:
-        return numpy_to_triton_type(self._data.dtype)
+        return _BF16 if self._bf16 else numpy_to_triton_type(self._data.dtype)
 
     def shape(self) -> list[int]:
         return [int(d) for d in self._data.shape]
@@ -252,6 +273,8 @@ class Tensor:
     def to_dlpack(self) -> Any:
         if self._data.dtype.kind == "O":
             raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._bf16:
+            return _bf16_dlpack(self._data)
         return self._data.__dlpack__()
 
     def __dlpack__(self, stream: Any = None) -> Any:
@@ -269,16 +292,33 @@ class Tensor:
                 "Provided tensor is not supported. Tensor must be a DLPack capsule or have `__dlpack__` and "
                 "`__dlpack_device__` attributes"
             )
-        array = np.from_dlpack(dlpack)
+        bf16 = str(getattr(dlpack, "dtype", "")) == "torch.bfloat16"  # a PyTorch tensor: numpy has no bfloat16
+        array = np.from_dlpack(dlpack.view(_torch_int16())).view(np.uint16) if bf16 else np.from_dlpack(dlpack)
         if not array.flags.c_contiguous:
             raise TritonModelException(
                 "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are "
                 "supported."
             )
-        return Tensor(name, array)
+        return Tensor._handed(name, array, bf16) if bf16 else Tensor(name, array)
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._data.dtype})"
+
+
+def _torch_int16() -> Any:
+    import torch
+
+    return torch.int16
+
+
+def _bf16_dlpack(bits: np.ndarray) -> Any:
+    """A BF16 tensor as DLPack of dtype bfloat16, through PyTorch (numpy cannot describe it); without
+    PyTorch, its 16-bit patterns (uint16)."""
+    try:
+        import torch
+    except ImportError:
+        return bits.__dlpack__()
+    return torch.utils.dlpack.to_dlpack(torch.from_numpy(bits).view(torch.bfloat16))
 
 
 class _Capsule:
@@ -300,6 +340,30 @@ class PreferredMemory:
         self.preferred_device_id = preferred_device_id
 
 
+# -- arguments ------------------------------------------------------------------------------------------
+class _Required:
+    """The default of an argument that Triton's bindings require (a call without it is a TypeError)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+def _incompatible(what: str, signature: str, *args: Any) -> TypeError:
+    """The TypeError Triton's bindings raise for an argument of the wrong type (None included)."""
+    invoked = ", ".join(repr(a) for a in args)
+    return TypeError(
+        f"{what}: incompatible function arguments. The following argument types are supported:\n"
+        f"    1. {signature}\n\nInvoked with: {invoked}"
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 # -- responses ------------------------------------------------------------------------------------------
 def _check_parameters(parameters: Any) -> dict[str, Any]:
     if parameters is None:
@@ -318,10 +382,16 @@ class InferenceResponse:
     """``InferenceResponse(output_tensors=[...], error=None, parameters=None)``."""
 
     def __init__(
-        self, output_tensors: list[Tensor] | None = None, error: TritonError | None = None, parameters: Any = None
+        self, output_tensors: list[Tensor] | None = (), error: TritonError | None = None, parameters: Any = None  # type: ignore[assignment]
     ) -> None:
-        tensors = list(output_tensors) if output_tensors is not None else []
+        if output_tensors is None:  # Triton's default is an empty list, and None is no list
+            raise _incompatible(
+                "__init__()", "InferenceResponse(output_tensors: list[Tensor] = [], error=None, parameters=None)", None
+            )
+        tensors = list(output_tensors)
         for t in tensors:
+            if t is None:
+                raise TritonModelException("Output tensor for inference response should not be empty.")
             if not isinstance(t, Tensor):
                 raise TypeError(f"output_tensors must hold pb_utils.Tensor objects, found {type(t).__name__}")
         if error is not None and not isinstance(error, TritonError):
@@ -347,7 +417,7 @@ class InferenceResponse:
 
     @classmethod
     def from_infer_response(cls, response: InferResponse) -> InferenceResponse:
-        tensors = [Tensor(t.name, t.data) for t in response.outputs]
+        tensors = [Tensor._handed(t.name, t.data, t.datatype == "BF16") for t in response.outputs]
         params = {k: v for k, v in response.parameters.items() if isinstance(v, (bool, int, str))}
         return cls(tensors, parameters=params)
 
@@ -405,7 +475,8 @@ class InferenceResponseSender:
 class ResponseIterator:
     """The responses of a decoupled BLS request, as they come.  ``cancel()`` cancels the request (the called
     model's ``is_cancelled()`` turns true) and iteration goes on until the model's final response, as in
-    Triton, where that is usually a CANCELLED error; after the final response it does nothing."""
+    Triton, where that is usually a CANCELLED error; after the final response it does nothing.  As Triton's,
+    it keeps the responses: iterating it again once it is finished yields them again from the first."""
 
     _END = object()
 
@@ -413,17 +484,26 @@ class ResponseIterator:
         self._responses = responses
         self._cancel = cancel
         self._done = False
+        self._seen: list[InferenceResponse] = []
+        self._index = 0
 
     def __iter__(self) -> Iterator[InferenceResponse]:
+        if self._done and self._index >= len(self._seen):
+            self._index = 0
         return self
 
     def __next__(self) -> InferenceResponse:
         if self._done:
+            if self._index < len(self._seen):
+                self._index += 1
+                return self._seen[self._index - 1]
             raise StopIteration
         item = self._responses.get()
         if item is ResponseIterator._END:
             self._done = True
+            self._index = len(self._seen)
             raise StopIteration
+        self._seen.append(item)
         return item  # type: ignore[no-any-return]
 
     def cancel(self) -> None:
@@ -438,9 +518,9 @@ class InferenceRequest:
         self,
         request_id: str | bytes = "",
         correlation_id: int | str = 0,
-        inputs: list[Tensor] | None = None,
-        requested_output_names: list[str] | list[bytes] | None = None,
-        model_name: str | bytes | None = None,
+        inputs: list[Tensor] = _REQUIRED,
+        requested_output_names: list[str] | list[bytes] = _REQUIRED,
+        model_name: str | bytes = _REQUIRED,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -448,20 +528,23 @@ class InferenceRequest:
         trace: Any = None,
         parameters: Any = None,
     ) -> None:
+        _check_request_arguments(
+            request_id, correlation_id, inputs, requested_output_names, model_name, model_version, flags, timeout
+        )
         request_id = _text(request_id)
-        model_name = None if model_name is None else _text(model_name)
+        model_name = _text(model_name)
         if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
             raise TritonModelException("Correlation ID must be integer or string")
         self._id: str = request_id
         self._correlation_id = correlation_id
-        self._inputs = list(inputs or [])
+        self._inputs = list(inputs)
         for t in self._inputs:
             if t is None:
                 raise TritonModelException(
                     f"Input tensor for request with id '{request_id}' and model name '{model_name}' should not be "
                     "empty."
                 )
-        names = [_text(n) for n in requested_output_names or []]
+        names = [_text(n) for n in requested_output_names]
         for name in names:
             if not name:
                 raise TritonModelException(
@@ -556,7 +639,7 @@ class InferenceRequest:
             raise TritonModelException("a BLS request needs 'model_name'")
         inputs = []
         for t in self._inputs:
-            data = t.as_numpy()
+            data = t._data
             name = _TYPE_NAMES.get(t.triton_dtype() or 0, "")
             if not name:
                 raise TritonModelException(f"input '{t.name()}' has a dtype ({data.dtype}) with no Triton datatype")
@@ -591,6 +674,7 @@ class InferenceRequest:
         correlation_id: int | str = 0,
         flags: int = 0,
         timeout_us: int = 0,
+        bf16: frozenset[str] = frozenset(),
     ) -> InferenceRequest:
         """A request as ``execute`` receives it (reserved parameters are the server's, not the model's)."""
         # Built field by field: everything here comes from the server, already checked (``__init__`` checks
@@ -598,7 +682,7 @@ class InferenceRequest:
         request = cls.__new__(cls)
         request._id = request_id
         request._correlation_id = correlation_id
-        request._inputs = [Tensor._handed(name, _writable(array)) for name, array in inputs.items()]
+        request._inputs = [Tensor._handed(name, _writable(array), name in bf16) for name, array in inputs.items()]
         request._requested = list(requested)
         request._model_name = None
         request._model_version = -1
@@ -623,6 +707,43 @@ def _never() -> bool:
     return False
 
 
+_REQUEST_SIGNATURE = (
+    "InferenceRequest(request_id: str = '', correlation_id: object = 0, inputs: list[Tensor], "
+    "requested_output_names: list[str], model_name: str, model_version: int = -1, flags: int = 0, "
+    "timeout: int = 0, preferred_memory: PreferredMemory = ..., trace: InferenceTrace = ..., "
+    "parameters: object = None)"
+)
+
+
+def _check_request_arguments(
+    request_id: Any,
+    correlation_id: Any,
+    inputs: Any,
+    requested: Any,
+    model_name: Any,
+    model_version: Any,
+    flags: Any,
+    timeout: Any,
+) -> None:
+    """What Triton's bindings refuse with a TypeError before the request exists: a required argument
+    missing, None where None is not taken, or a value of another type."""
+    texts = (str, bytes)
+    ok = (
+        isinstance(request_id, texts)
+        and correlation_id is not None
+        and isinstance(inputs, (list, tuple))
+        and isinstance(requested, (list, tuple, set))
+        and all(isinstance(n, texts) for n in requested)
+        and isinstance(model_name, texts)
+        and _is_int(model_version)
+        and _is_int(flags)
+        and _is_int(timeout)
+    )
+    if not ok:
+        args = (request_id, correlation_id, inputs, requested, model_name, model_version, flags, timeout)
+        raise _incompatible("__init__()", _REQUEST_SIGNATURE, *args)
+
+
 def _text(value: str | bytes) -> str:
     """A string argument as Triton's bindings take it: ``bytes`` are accepted as the text they encode."""
     return value.decode() if isinstance(value, bytes) else value
@@ -634,11 +755,32 @@ def _writable(array: np.ndarray) -> np.ndarray:
     return array if array.flags.writeable else array.copy()
 
 
+class _Forked:
+    """Whether this process is a fork of the model's (``multiprocessing`` with the 'fork' start method):
+    the threads that carry BLS calls to the server did not come along, so a call would wait for ever."""
+
+    child = False
+
+    @classmethod
+    def after_in_child(cls) -> None:
+        cls.child = True
+
+
+os.register_at_fork(after_in_child=_Forked.after_in_child)
+
+FORKED_BLS = (
+    "BLS is not available in a process forked from the model's (multiprocessing's 'fork' start method): "
+    "call exec() from the model's own process, or from threads"
+)
+
+
 def _bls_context() -> Any:
     """The calling model's context, or the error response a BLS call gets without one."""
     ctx = current()
     if ctx is None or not ctx.in_execute:
         raise TritonModelException("BLS is only supported during the 'execute' function.")
+    if _Forked.child:
+        return InferenceResponse(error=TritonError(FORKED_BLS))
     if ctx.link is None or ctx.event_loop() is None:
         return InferenceResponse(error=TritonError("BLS is not available in this server process"))
     return ctx
@@ -734,6 +876,8 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: int = logging.INFO) -> None:
+        if not isinstance(message, str) or level not in _LOG_LEVELS or isinstance(level, bool):
+            raise _incompatible("log()", "Logger.log(message: str, level: Logger.LogLevel = INFO)", message, level)
         _model_log(message, level)
 
     @staticmethod
@@ -753,6 +897,9 @@ class Logger:
         _model_log(message, Logger.VERBOSE)
 
 
+_LOG_LEVELS = frozenset((Logger.INFO, Logger.WARNING, Logger.ERROR, Logger.VERBOSE))
+
+
 def _model_log(message: str, level: int) -> None:
     ctx = current()
     prefix = f"model '{ctx.model_name}': " if ctx is not None else ""
@@ -761,12 +908,20 @@ def _model_log(message: str, level: int) -> None:
 
 
 # -- custom metrics -----------------------------------------------------------------------------------------
+_FAMILY_DELETED = (
+    "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The 'MetricFamily' object "
+    "should be deleted AFTER its corresponding 'Metric' objects have been deleted."
+)
+
+
 class Metric:
-    """One labelled series of a :class:`MetricFamily` (``family.Metric(labels=..., buckets=...)``)."""
+    """One labelled series of a :class:`MetricFamily` (``family.Metric(labels=..., buckets=...)``).  As in
+    Triton, it refuses every operation once its family object is deleted."""
 
     def __init__(self, family: str, labels: Labels) -> None:
         self._family = family
         self._labels = labels
+        self._cleared = False
 
     def increment(self, value: float) -> None:
         _metric_call("Failed to increment metric value: ", custom_metrics.REGISTRY.increment, self, value)
@@ -778,6 +933,8 @@ class Metric:
         _metric_call("Failed to observe metric value: ", custom_metrics.REGISTRY.observe, self, value)
 
     def value(self) -> float:
+        if self._cleared:
+            raise TritonModelException(_FAMILY_DELETED)
         try:
             return custom_metrics.REGISTRY.value(self._family, self._labels)
         except custom_metrics.MetricError as exc:
@@ -785,6 +942,8 @@ class Metric:
 
 
 def _metric_call(what: str, call: Callable[[str, Labels, float], None], metric: Metric, value: float) -> None:
+    if metric._cleared:
+        raise TritonModelException(_FAMILY_DELETED)
     try:
         call(metric._family, metric._labels, float(value))
     except custom_metrics.MetricError as exc:
@@ -800,6 +959,7 @@ class MetricFamily:
     HISTOGRAM = custom_metrics.HISTOGRAM
 
     def __init__(self, name: str, description: str, kind: str) -> None:
+        self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
         try:
             custom_metrics.REGISTRY.family(name, description, kind)
         except custom_metrics.MetricError as exc:
@@ -815,11 +975,19 @@ class MetricFamily:
                 raise TritonModelException("Failed to create metric. Buckets must be a list.")
             if self._kind != self.HISTOGRAM:
                 raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            if any(not a < b for a, b in pairwise(buckets)):  # prometheus-cpp's check
+                raise TritonModelException("Error when creating Metric: Bucket Boundaries must be strictly sorted")
         elif self._kind == self.HISTOGRAM:
             raise TritonModelException("Failed to create metric. Missing required buckets.")
         key = custom_metrics.labels_of(labels)
         custom_metrics.REGISTRY.add_metric(self._name, key, buckets)
-        return Metric(self._name, key)
+        metric = Metric(self._name, key)
+        self._metrics.add(metric)
+        return metric
+
+    def __del__(self) -> None:
+        for metric in list(getattr(self, "_metrics", ())):
+            metric._cleared = True
 
 
 def _control(call: Callable[[Any], Any], what: str) -> Any:

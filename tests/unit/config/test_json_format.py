@@ -128,7 +128,7 @@ def test_from_json_unknown_field() -> None:
     message = str(info.value)
     assert message.startswith("model 'm': invalid config JSON:")
     assert "bogus" in message
-    assert "serve_app.triton" not in message
+    assert "inference." not in message
 
 
 def test_from_json_bad_enum() -> None:

@@ -91,7 +91,7 @@ def test_unknown_field_names_model_file_line_and_field() -> None:
     message = str(info.value)
     assert message.startswith(f"model 'add_sub', file '{PATH}': 2:1 : ")
     assert 'Message type "ModelConfig" has no field named "bogus"' in message
-    assert "serve_app.triton" not in message
+    assert "inference." not in message
 
 
 def test_unknown_nested_field() -> None:

@@ -133,6 +133,13 @@ def test_decoupled_needs_the_python_backend() -> None:
     validate(cfg)
 
 
+def test_an_ensemble_may_declare_itself_decoupled() -> None:
+    """Triton replaces the ensemble's own flag with what its steps are, so the backend check skips it."""
+    cfg = config(ENSEMBLE)
+    cfg.model_transaction_policy.decoupled = True
+    validate(cfg)
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
 def test_response_timeout_must_be_positive(value: str) -> None:
     cfg = config()

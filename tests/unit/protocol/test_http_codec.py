@@ -313,10 +313,16 @@ def test_data_with_wrong_element_count() -> None:
     assert msg == "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
 
-def test_negative_shape() -> None:
-    """The shared check (gRPC answers the same): Triton's core message, before any data is decoded."""
-    msg = decode_error(j({"inputs": [{"name": "A", "shape": [-1], "datatype": "FP32", "data": [1.0]}]}))
-    assert msg == "All input dimensions should be specified for input 'A' for model 'm', got [-1]"
+@pytest.mark.parametrize("shape", [[-1], [2, -5]])
+def test_a_negative_dimension_is_tritons_http_parser_error(shape: list[int]) -> None:
+    """Triton's HTTP front end reads dimensions as unsigned integers, so its parser fails first, with a 500
+    (gRPC carries int64 dimensions and gets the core's message)."""
+    body = j({"inputs": [{"name": "A", "shape": shape, "datatype": "FP32", "data": [1.0]}]})
+    with pytest.raises(InternalError) as info:
+        decode(body, None, SIG)
+    assert info.value.message == (
+        "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+    )
 
 
 @pytest.mark.parametrize("dim", [2**63, -(2**63) - 1, 1.0, True, "1", None])

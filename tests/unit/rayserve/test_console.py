@@ -8,6 +8,7 @@ import os
 import pytest
 
 from serve_app.rayserve.console import (
+    RETRY_LOG_ENV,
     RetriedProbeFilter,
     failed_line,
     loaded_line,
@@ -49,11 +50,21 @@ def test_the_environment_names_rays_choices_unless_the_user_did(monkeypatch: pyt
     assert os.environ["RAY_AUTH_MODE"] == "disabled" and os.environ["RAY_DISABLE_WORKER_LOG_PREFIX"] == "1"
 
 
+def test_rays_retries_are_not_announced_unless_the_user_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serve kills its controller under calls in flight at every shutdown; Ray's retries of them are noise."""
+    monkeypatch.delenv(RETRY_LOG_ENV, raising=False)
+    prepare_environment(ServerSettings("/r"), starts_ray=False)
+    assert os.environ[RETRY_LOG_ENV] == "0"
+    monkeypatch.setenv(RETRY_LOG_ENV, "1")
+    prepare_environment(ServerSettings("/r"), starts_ray=True)
+    assert os.environ[RETRY_LOG_ENV] == "1"
+
+
 def test_ray_logs_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("RAY_DISABLE_WORKER_LOG_PREFIX", "RAY_AUTH_MODE"):
+    for name in ("RAY_DISABLE_WORKER_LOG_PREFIX", "RAY_AUTH_MODE", RETRY_LOG_ENV):
         monkeypatch.delenv(name, raising=False)
     prepare_environment(ServerSettings("/r", ray_logs=True), starts_ray=True)
-    assert "RAY_DISABLE_WORKER_LOG_PREFIX" not in os.environ and "RAY_AUTH_MODE" not in os.environ
+    assert not {"RAY_DISABLE_WORKER_LOG_PREFIX", "RAY_AUTH_MODE", RETRY_LOG_ENV} & set(os.environ)
 
 
 def test_serves_retried_probe_warning_is_dropped_unless_ray_logs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -822,6 +822,23 @@ async def test_cancelled_request_already_executing_runs_to_its_end() -> None:
     assert sched.stats.execution_count == 1  # it ran; its response went nowhere
 
 
+async def test_a_cancelled_executing_request_fires_its_parts_signal_for_a_per_request_backend() -> None:
+    """The Python backend answers request by request: its model sees the caller gone (``is_cancelled()``)."""
+    instance = FakeInstance(blocked=True)
+    signature = ModelSignature.from_config(model_config(), "1")
+    sched = ModelScheduler(model_config(), signature, instance, capacity=1, per_request=True)
+    gone = start(sched, request(1.0))
+    await settle()
+    (part,) = instance.calls[0][0].parts
+    assert part.cancel is not None and not part.cancel.fired
+    gone.cancel()
+    await settle()
+    assert part.cancel.fired
+    instance.release_all()
+    await settle()
+    assert sched.inflight == 0
+
+
 async def test_cancelled_request_under_preserve_ordering_does_not_hold_back_the_next() -> None:
     db = "preferred_batch_size: [8] preserve_ordering: true"
     instance = FakeInstance(blocked=True)

@@ -61,6 +61,11 @@ def test_close_removes_the_directory(tmp_path: pathlib.Path) -> None:
 
 
 def test_node_directory_is_per_server_and_hides_the_secret() -> None:
-    a, b = node_directory(b"secret-one"), node_directory(b"secret-two")
-    assert a != b and a == node_directory(b"secret-one")
+    a, b = node_directory(b"secret-one", "n1"), node_directory(b"secret-two", "n1")
+    assert a != b and a == node_directory(b"secret-one", "n1")
     assert "secret" not in a
+
+
+def test_node_directory_is_per_ray_node_even_on_one_filesystem() -> None:
+    """Containers that share a host's /tmp are separate nodes: their registrations must not mix."""
+    assert node_directory(b"secret", "node-a") != node_directory(b"secret", "node-b")

@@ -412,3 +412,30 @@ async def test_a_payloads_cancel_signal_reaches_the_server_and_the_stream_goes_o
     assert await client.call("still up") == "still up"
     client.close()
     server.close()
+
+
+async def test_a_calls_cancel_signal_reaches_the_server_while_the_call_runs() -> None:
+    """A non-decoupled execution's requests: a caller that goes away fires its signal on the instance's side."""
+    fired: asyncio.Queue[int] = asyncio.Queue()
+    running = asyncio.Event()
+
+    async def handler(payload: Any) -> Any:
+        if not isinstance(payload, _Cancellable):
+            return payload
+        for n, signal in enumerate(payload.signals):
+            signal.listen(functools.partial(fired.put_nowait, n))
+        running.set()
+        return f"cancelled {await fired.get()}"  # answers once the cancel came, as a model that checks does
+
+    server, addr = await start(handler)
+    client = ChannelClient(addr)
+    await client.connect(TOKEN)
+    payload = _Cancellable(3)
+    answer = asyncio.ensure_future(client.call(payload))
+    await running.wait()  # the call runs on the server's side
+    payload.signals[2].fire()
+    assert await answer == "cancelled 2"
+    payload.signals[0].fire()  # after the answer: nothing is sent, nothing fails
+    assert await client.call("still up") == "still up"
+    client.close()
+    server.close()

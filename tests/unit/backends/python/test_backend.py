@@ -9,6 +9,7 @@ and a decoupled model's response senders (including the safety net for a sender 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import threading
@@ -21,6 +22,7 @@ import pytest
 from serve_app.backends.python import utils as pb_utils
 from serve_app.backends.python.backend import PythonBackend
 from serve_app.errors import InternalError, InvalidArgument, NotFound
+from serve_app.inference.cancel import CancelSignal
 from serve_app.inference.execution import Execution, PartResult, RequestPart
 from tests.unit.backends.python.conftest import INSTANCE, Factory, close_loop, model_path
 
@@ -81,6 +83,11 @@ class TritonPythonModel:
                 self.senders.append(sender)
                 sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return None
+        if self.mode == "cancelled":  # reports what each request's is_cancelled() says
+            return [
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([float(r.is_cancelled())] * 4))])
+                for r in requests
+            ]
         if self.mode == "sender-twice":
             requests[0].get_response_sender().send(responses[0])
         if self.mode == "later":
@@ -93,6 +100,15 @@ class TritonPythonModel:
 
             threading.Thread(target=answer).start()
             return None
+        if self.mode == "later-mixed":  # the last request answers through its sender, after execute returned
+            sender, last = requests[-1].get_response_sender(), responses[-1]
+
+            def answer_last():
+                time.sleep(0.05)
+                sender.send(last, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            threading.Thread(target=answer_last).start()
+            return responses[:-1] + [None]
         return responses
 
     def finalize(self):
@@ -367,6 +383,26 @@ def test_answers_sent_from_a_thread_after_execute_returned_are_waited_for(make: 
     results = backend.execute_parts({}, execution(part(1.0), part(2.0, ("OUTPUT0",))))
     assert [r.error for r in results] == [None, None]
     assert results[0].outputs["OUTPUT0"].tolist() == [2.0] * 4 and set(results[1].outputs) == {"OUTPUT0"}
+
+
+def test_a_none_entry_in_the_returned_list_answers_through_its_sender(make: Factory) -> None:
+    """As in Triton: the other entries are the answers, and the None one's sender stays open for its answer."""
+    backend = make(ADD_PY)
+    backend.model.mode = "later-mixed"
+    results = backend.execute_parts({}, execution(part(1.0), part(2.0, ("OUTPUT0",))))
+    assert [r.error for r in results] == [None, None]
+    assert results[0].outputs["OUTPUT0"].tolist() == [2.0] * 4
+    assert results[1].outputs["OUTPUT0"].tolist() == [3.0] * 4 and set(results[1].outputs) == {"OUTPUT0"}
+
+
+def test_a_request_whose_caller_went_away_is_cancelled_for_the_model(make: Factory) -> None:
+    """Non-decoupled too, as in Triton: ``is_cancelled()`` reads the request's cancel signal."""
+    backend = make(ADD_PY)
+    backend.model.mode = "cancelled"
+    gone = dataclasses.replace(part(1.0), cancel=CancelSignal(fired=True))
+    staying = dataclasses.replace(part(2.0), cancel=CancelSignal())
+    results = backend.execute_parts({}, execution(gone, staying, part(3.0)))
+    assert [r.outputs["OUTPUT0"][0] for r in results] == [1.0, 0.0, 0.0]
 
 
 def test_none_without_an_answer_is_an_error(make: Factory) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import queue
 import threading
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
@@ -329,21 +330,71 @@ def test_non_decoupled_sender_needs_a_response_before_a_flag_only_final() -> Non
 # -- requests ----------------------------------------------------------------------------------------
 def test_request_constructor_validation() -> None:
     x = pb_utils.Tensor("x", np.zeros(1))
-    assert model_exception(pb_utils.InferenceRequest, correlation_id=1.5, model_name="m") == (
+    need = {"inputs": [x], "requested_output_names": ["y"], "model_name": "m"}
+    assert model_exception(pb_utils.InferenceRequest, correlation_id=1.5, **need) == (
         "Correlation ID must be integer or string"
     )
-    assert model_exception(pb_utils.InferenceRequest, request_id="7", inputs=[x, None], model_name="m") == (
-        "Input tensor for request with id '7' and model name 'm' should not be empty."
+    assert (
+        model_exception(pb_utils.InferenceRequest, request_id="7", **{**need, "inputs": [x, None]})
+        == "Input tensor for request with id '7' and model name 'm' should not be empty."
     )
     assert model_exception(
-        pb_utils.InferenceRequest, request_id="7", inputs=[x], requested_output_names=["y", ""], model_name="m"
+        pb_utils.InferenceRequest, request_id="7", **{**need, "requested_output_names": ["y", ""]}
     ) == ("Requested output name for request with id '7' and model name 'm' should not be empty.")
-    assert model_exception(pb_utils.InferenceRequest, model_name="m", parameters={"k": 1.5}) == (
+    assert model_exception(pb_utils.InferenceRequest, parameters={"k": 1.5}, **need) == (
         "Expect parameters values to have type bool/int/str, found type <class 'float'>"
     )
-    assert model_exception(pb_utils.InferenceRequest, model_name="m", parameters={2: 1}) == (
+    assert model_exception(pb_utils.InferenceRequest, parameters={2: 1}, **need) == (
         "Expect parameters keys to have type str, found type <class 'int'>"
     )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"inputs": None},
+        {"requested_output_names": None},
+        {"requested_output_names": [None]},
+        {"model_name": None},
+        {"request_id": None},
+        {"correlation_id": None},
+        {"model_version": None},
+        {"flags": None},
+        {"timeout": None},
+    ],
+)
+def test_request_arguments_of_the_wrong_type_are_type_errors_as_in_triton(change: dict[str, Any]) -> None:
+    need = {"inputs": [pb_utils.Tensor("x", np.zeros(1))], "requested_output_names": ["y"], "model_name": "m"}
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        pb_utils.InferenceRequest(**{**need, **change})
+
+
+@pytest.mark.parametrize("missing", ["inputs", "requested_output_names", "model_name"])
+def test_a_request_without_a_required_argument_is_a_type_error(missing: str) -> None:
+    need: dict[str, Any] = {"inputs": [], "requested_output_names": [], "model_name": "m"}
+    del need[missing]
+    with pytest.raises(TypeError):
+        pb_utils.InferenceRequest(**need)
+
+
+def test_empty_inputs_and_outputs_are_a_valid_request() -> None:
+    pb_utils.InferenceRequest(requested_output_names=[], inputs=[], model_name="m")
+
+
+def test_response_tensor_and_logger_arguments_as_triton_checks_them() -> None:
+    with pytest.raises(pb_utils.TritonModelException, match="Output tensor for inference response should not be"):
+        pb_utils.InferenceResponse(output_tensors=[None])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse(output_tensors=None)
+    pb_utils.InferenceResponse(output_tensors=[])
+    with pytest.raises(TypeError):
+        pb_utils.Tensor(None, np.zeros(1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        pb_utils.Tensor("OUTPUT0", None)
+    with pytest.raises(TypeError):
+        pb_utils.Logger.log("message", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        pb_utils.Logger.log(None)  # type: ignore[arg-type]
 
 
 def test_bls_request_accessors() -> None:
@@ -581,3 +632,84 @@ def test_metric_family_as_triton_checks_it(monkeypatch: pytest.MonkeyPatch) -> N
     assert model_exception(pb_utils.MetricFamily, "latency", "", pb_utils.MetricFamily.GAUGE).startswith(
         "Error when creating MetricFamily: "
     )
+
+
+def test_histogram_buckets_and_a_deleted_family_as_triton_refuses_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve_app.inference import custom_metrics
+
+    monkeypatch.setattr(custom_metrics, "REGISTRY", custom_metrics.Registry())
+    histogram = pb_utils.MetricFamily("h", "H", pb_utils.MetricFamily.HISTOGRAM)
+    unsorted = "Error when creating Metric: Bucket Boundaries must be strictly sorted"
+    assert model_exception(histogram.Metric, labels={}, buckets=[2.5, 0.1, 1.0]) == unsorted
+    assert model_exception(histogram.Metric, labels={}, buckets=[1, 1, 2]) == unsorted
+    assert (
+        model_exception(histogram.Metric, labels={}, buckets=None)
+        == "Failed to create metric. Missing required buckets."
+    )
+    histogram.Metric(labels={}, buckets=[])
+    for kind in (pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE):
+        family = pb_utils.MetricFamily(f"lifetime_{kind}", "", kind)
+        metric = family.Metric(labels={"a": "b"})
+        del family
+        for call in (metric.increment, metric.set):
+            assert model_exception(call, 10).startswith("Invalid metric operation as the corresponding 'MetricFamily'")
+        assert model_exception(metric.value).startswith("Invalid metric operation")
+
+
+def test_the_metrics_port_shows_this_processs_families_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model in the gateway's process sees the families it created on the metrics port while it executes."""
+    from serve_app.inference import custom_metrics
+
+    monkeypatch.setattr(custom_metrics, "REGISTRY", custom_metrics.Registry())
+    collected = custom_metrics.Collected()
+    assert collected.render() == []
+    family = pb_utils.MetricFamily("live", "Live", pb_utils.MetricFamily.GAUGE)
+    family.Metric(labels={"m": "x"}).set(4)
+    assert collected.render() == ["# HELP live Live", "# TYPE live gauge", 'live{m="x"} 4']
+
+
+def test_a_bf16_input_refuses_as_numpy_as_in_triton_and_goes_through_dlpack() -> None:
+    bits = np.array([0x3FC0, 0xC000], np.uint16)  # 1.5, -2.0
+    request = pb_utils.InferenceRequest.received("r", {"IN": bits}, ("OUT",), {}, bf16=frozenset({"IN"}))
+    tensor = request.inputs()[0]
+    assert tensor.triton_dtype() == 14
+    with pytest.raises(pb_utils.TritonModelException) as info:
+        tensor.as_numpy()
+    assert str(info.value) == (
+        "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+    )
+    torch = pytest.importorskip("torch")
+    as_torch = torch.from_dlpack(tensor)
+    assert as_torch.dtype == torch.bfloat16 and as_torch.tolist() == [1.5, -2.0]
+    back = pb_utils.Tensor.from_dlpack("OUT", as_torch * 2)
+    assert back.triton_dtype() == 14 and back._data.tolist() == [0x4040, 0xC080]  # 3.0, -4.0
+
+
+def test_a_finished_response_iterator_yields_its_responses_again_as_in_triton() -> None:
+    responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    answers = [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i]))]) for i in range(3)]
+    for answer in answers:
+        responses.put(answer)
+    responses.put(pb_utils.ResponseIterator._END)
+    iterator = pb_utils.ResponseIterator(responses, lambda: None)
+    assert next(iterator) is answers[0]
+    assert list(iterator) == answers[1:]  # resumes where it was, then finishes
+    assert list(iterator) == answers  # finished: from the first again
+    assert [r.output_tensors()[0].as_numpy().tolist() for r in iterator] == [[0], [1], [2]]
+
+
+def test_bls_from_a_forked_child_answers_an_error_instead_of_waiting_for_ever() -> None:
+    """multiprocessing's 'fork' children inherit the model's context but not the threads BLS calls ride on."""
+    import multiprocessing
+
+    with model_context(in_execute=True), multiprocessing.get_context("fork").Pool(1) as pool:
+        message = pool.apply(_bls_error_message)
+    assert message == pb_utils.FORKED_BLS
+
+
+def _bls_error_message() -> str:
+    request = pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor("x", np.zeros(1))], requested_output_names=["y"], model_name="other"
+    )
+    response = request.exec()
+    return str(response.error().message()) if response.has_error() else ""
