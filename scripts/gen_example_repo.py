@@ -5,7 +5,9 @@ Models: ``add_sub`` (Triton's ``simple``, FP32 [16], max_batch_size 8),
 CPU model for batching and scaling runs), an ensemble, and Python models:
 ``py_preprocess`` (text pre-processing), ``py_add_sub`` and ``py_chain`` (a BLS
 pipeline of two ``py_add_sub`` steps), ``py_tokens`` (a decoupled model that
-streams a text word by word) and ``py_echo_text`` (one response, for generate).  Generated rather than checked in so the
+streams a text word by word), ``py_echo_text`` (one response, for generate) and
+``py_llm`` (a decoupled language model by a fixed rule, following Triton's LLM
+conventions: what the OpenAI port serves).  Generated rather than checked in so the
 repository holds no binaries; rerunning overwrites the same files.
 """
 
@@ -15,7 +17,7 @@ import argparse
 import pathlib
 import sys
 
-from scripts import example_models as em, python_models as pm
+from scripts import example_models as em, llm_models, python_models as pm
 
 
 def generate(repo: pathlib.Path) -> list[pathlib.Path]:
@@ -32,6 +34,7 @@ def generate(repo: pathlib.Path) -> list[pathlib.Path]:
         pm.bls_chain(repo),
         pm.tokens(repo),
         pm.echo_text(repo),
+        llm_models.text_llm(repo),
     ]
 
 

@@ -41,6 +41,17 @@ class ServerSettings:
     http_port: int = setting(8000, "HTTP/REST port (KServe v2 and Triton's extensions)")
     grpc_port: int = setting(8001, "gRPC port (inference.GRPCInferenceService)")
     metrics_port: int = setting(8002, "Prometheus metrics port")
+    openai_port: int = setting(
+        0,
+        "OpenAI-compatible port (/v1/models, /v1/completions, /v1/chat/completions) over the models that follow "
+        "Triton's LLM conventions (docs/openai.md); 0: off.  Triton's OpenAI front end uses 9000",
+    )
+    openai_tokenizer: str = setting(
+        "",
+        "tokenizer directory (tokenizer_config.json or chat_template.jinja) whose chat template renders chat "
+        "messages for the models whose config names no `tokenizer` parameter; empty: the plain default template",
+        path=True,
+    )
     gateway_replicas: int = setting(1, "front-end (gateway) replicas; they share the ports with SO_REUSEPORT")
     instance_cpus: float = setting(
         0.01,
@@ -285,6 +296,8 @@ class ServerSettings:
             raise InvalidArgument(
                 f"model_control_mode '{self.model_control_mode}' is not one of {', '.join(CONTROL_MODES)}"
             )
+        if not 0 <= self.openai_port <= 65535:
+            raise InvalidArgument(f"openai_port {self.openai_port} is not a port number (0: off)")
         if self.repository_poll_secs <= 0:
             raise InvalidArgument("repository_poll_secs must be positive")
         if self.model_load_thread_count < 0 or self.model_load_retry_count < 0:

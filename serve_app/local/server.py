@@ -48,7 +48,8 @@ async def serve(settings: ServerSettings, stop: asyncio.Event) -> None:
         front = await start_front_ends(local.service, settings)
         print(
             f"serve_app (local, no Ray) ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:"
-            f"{settings.http_port}, gRPC {settings.host}:{settings.grpc_port}",
+            f"{settings.http_port}, gRPC {settings.host}:{settings.grpc_port}"
+            f"{f', OpenAI {settings.host}:{settings.openai_port}' if settings.openai_port else ''}",
             flush=True,
         )
         try:

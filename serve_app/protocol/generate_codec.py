@@ -39,6 +39,11 @@ def decode_generate_request(
     obj = parse_json(body, limits) if body.strip() else {}
     if not isinstance(obj, dict):
         raise InvalidArgument("Unable to parse the request: expected a JSON object")
+    return generate_request(obj, model_name=model_name, model_version=model_version, sig=sig)
+
+
+def generate_request(obj: dict[str, Any], *, model_name: str, model_version: str, sig: ModelSignature) -> InferRequest:
+    """A parsed generate object as a request (other front ends that speak in named values build on it)."""
     request = InferRequest(model_name=model_name, model_version=model_version)
     if "id" in obj:
         if not isinstance(obj["id"], str):

@@ -148,7 +148,8 @@ def serve_on_ray(settings: ServerSettings, options: RayOptions) -> int:
             return 1
         print(
             f"serve_app ready in {time.monotonic() - t0:.1f}s: HTTP {settings.host}:{settings.http_port}, "
-            f"gRPC {settings.host}:{settings.grpc_port}, metrics {settings.host}:{settings.metrics_port}; "
+            f"gRPC {settings.host}:{settings.grpc_port}, metrics {settings.host}:{settings.metrics_port}"
+            f"{f', OpenAI {settings.host}:{settings.openai_port}' if settings.openai_port else ''}; "
             f"model repository {settings.model_repository} (model control mode {settings.model_control_mode})",
             flush=True,
         )

@@ -20,6 +20,7 @@ from tests.e2e import (
     cancel_models,
     control_models,
     ensemble_models,
+    openai_models,
     sequence_models,
     stream_models,
     torchscript_models,
@@ -55,6 +56,7 @@ class Server:
     repo: pathlib.Path
     proc: subprocess.Popen[bytes]
     log: pathlib.Path
+    openai_url: str = ""  # http://host:port/v1, as the openai client wants it
 
 
 def build_repository(repo: pathlib.Path) -> None:
@@ -91,6 +93,7 @@ def build_repository(repo: pathlib.Path) -> None:
     cancel_models.build_priority_gate(repo, SLOW_BATCHING)  # prio_gate for test_batching.py
     cancel_models.build_rate_limited(repo)  # rl_* for test_rate_limiter.py
     example_models.add_sub(repo, name="cached", extra_config="response_cache { enable: true }")  # test_response_cache
+    openai_models.build(repo)  # py_llm* and py_trtllm for test_openai.py (the OpenAI port)
 
 
 def _ready(http_url: str, ca_file: str | None = None) -> bool:
@@ -114,7 +117,7 @@ def start_server(
     env_extra: dict[str, str] | None = None,
 ) -> tuple[Server, float]:
     """Start ``python -m serve_app`` (its own Ray) on free ports; returns it once ready, and how long that took."""
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port, openai_port = free_port(), free_port(), free_port(), free_port()
     log = tmp_path_factory.mktemp(f"{tag}_log") / "server.log"
     env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1", **(env_extra or {}))
     cmd = [
@@ -124,6 +127,7 @@ def start_server(
         "--http-port", str(http_port),
         "--grpc-port", str(grpc_port),
         "--metrics-port", str(metrics_port),
+        "--openai-port", str(openai_port),
         "--num-cpus", "16",
         "--object-store-memory", str(256 * 1024 * 1024),
         *extra,
@@ -139,7 +143,8 @@ def start_server(
                 os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"server did not start:\n{log.read_text()[-5000:]}")
         time.sleep(0.5)
-    server = Server(http_url, grpc_url, f"http://127.0.0.1:{metrics_port}/metrics", repo, proc, log)
+    metrics_url, openai_url = f"http://127.0.0.1:{metrics_port}/metrics", f"http://127.0.0.1:{openai_port}/v1"
+    server = Server(http_url, grpc_url, metrics_url, repo, proc, log, openai_url)
     return server, time.monotonic() - t0
 
 

@@ -263,7 +263,7 @@ def test_extra_config_is_appended(tmp_path: pathlib.Path) -> None:
 def test_gen_example_repo(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gen_example_repo.main([str(tmp_path / "repo"), "--no-timing"]) == 0
     names = sorted(p.name for p in (tmp_path / "repo").iterdir())
-    python = ["py_add_sub", "py_chain", "py_echo_text", "py_preprocess", "py_tokens"]
+    python = ["py_add_sub", "py_chain", "py_echo_text", "py_llm", "py_preprocess", "py_tokens"]
     assert names == sorted(["add_sub", "add_sub_ensemble", "identity_bytes", "identity_fp32", "mlp", *python])
     for name in names:
         assert config(tmp_path / "repo" / name).name == name
