@@ -169,18 +169,20 @@ class Gateway(StopsOnShutdown):
     async def _on_demand_stats(self) -> OnDemandStats:
         """The manager's loads and evictions, with the requests that waited here (and at the other gateways)."""
         stats: OnDemandStats = await self._manager.on_demand_stats.remote()
-        if self.settings.gateway_replicas == 1:
-            stats.waited = self.service.waited_for_load
-            return stats
-        from ray import serve
+        answers: list[object] = [self.service.waited_for_load]
+        if self.settings.gateway_replicas > 1:
+            from ray import serve
 
-        handle = serve.get_deployment_handle("gateway", self.settings.app_name)
-        answers = await handle.broadcast("waited_for_load").results_async(return_exceptions=True)
-        stats.waited = sum(a for a in answers if isinstance(a, int))
+            handle = serve.get_deployment_handle("gateway", self.settings.app_name)
+            answers = await handle.broadcast("waited_for_load").results_async(return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, dict):
+                for model, count in answer.items():
+                    stats.of(model).waited += count
         return stats
 
-    async def waited_for_load(self) -> int:
-        return self.service.waited_for_load
+    async def waited_for_load(self) -> dict[str, int]:
+        return dict(self.service.waited_for_load)
 
     async def usage(self) -> dict[str, tuple[float | None, bool, int]]:
         """Each served model's use as this gateway sees it: its last request (seconds since the epoch), whether

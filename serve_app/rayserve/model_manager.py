@@ -209,9 +209,9 @@ class ModelManager(StopsOnShutdown):
             raise unknown_model(name)
         await self._on_demand.demand(name)
 
-    async def demand_load(self, names: list[str]) -> dict[str, str]:
-        """Load ``names`` (and their steps) for the requests waiting for them; the models that failed, and why.
-        The caller holds the lock."""
+    async def demand_load(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
+        """Load ``names`` (and their steps) for the requests waiting for them; returns the models that failed
+        (and why) and those that loaded.  The caller holds the lock."""
         sources: dict[str, ModelSource] = {}
         failures: dict[str, str] = {}
         for name in names:
@@ -230,7 +230,7 @@ class ModelManager(StopsOnShutdown):
             self._demanding = False
         if failures:  # the gateways learn why (a request after the wait resolves it there)
             await self._publish([])
-        return failures
+        return failures, [n for n in sources if n not in failures]
 
     async def evict(self, names: list[str]) -> None:
         """Unload ``names`` (and what can't serve without them) to make room; the caller holds the lock."""

@@ -41,7 +41,7 @@ class Manager(Protocol):
     @property
     def lock(self) -> asyncio.Lock: ...
 
-    async def demand_load(self, names: list[str]) -> dict[str, str]: ...
+    async def demand_load(self, names: list[str]) -> tuple[dict[str, str], list[str]]: ...
 
     async def evict(self, names: list[str]) -> None: ...
 
@@ -132,14 +132,16 @@ class OnDemand:
             if admission.evict:
                 logger.info("unloading %s to make room for %s", ", ".join(admission.evict), ", ".join(admission.load))
                 await manager.evict(admission.evict)
-                self.stats.evictions += len(admission.evict)
+                for name in admission.evict:
+                    self.stats.of(name).evictions += 1
             if admission.load:
                 start = time.monotonic()
-                failures = await manager.demand_load(admission.load)
-                loaded = [n for n in admission.load if n not in failures]
-                if loaded:
-                    self.stats.record_load(time.monotonic() - start, len(loaded))
-                self.stats.load_failures += len(failures)
+                failures, loaded = await manager.demand_load(admission.load)
+                took = time.monotonic() - start
+                for name in loaded:
+                    self.stats.record_load(name, took)
+                for name in failures:
+                    self.stats.of(name).load_failures += 1
                 for name in admission.load:
                     future = self._waiting.pop(name)
                     if future.done():

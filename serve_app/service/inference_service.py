@@ -151,7 +151,7 @@ class InferenceService:
         self.diagnostics.model_ready = self.model_ready
         # Load on demand: loads a model no version of which is served, returns once it serves (None: off).
         self.on_demand: Callable[[str], Awaitable[None]] | None = None
-        self.waited_for_load = 0  # requests that waited for their model to load
+        self.waited_for_load: dict[str, int] = {}  # by model: requests that waited for its load
         self.on_demand_stats: Callable[[], Awaitable[OnDemandStats]] | None = None  # for the metrics port
 
     def usage(self) -> dict[str, tuple[float | None, bool, int]]:
@@ -177,7 +177,7 @@ class InferenceService:
         it served, load it, wait, and serve it; otherwise ``error``."""
         if self.on_demand is None or self.registry.versions(name):
             raise error
-        self.waited_for_load += 1
+        self.waited_for_load[name] = self.waited_for_load.get(name, 0) + 1
         try:
             await self.on_demand(name)
         except Exception as exc:

@@ -92,9 +92,13 @@ def loaded(client: httpclient.InferenceServerClient) -> set[str]:
 
 
 def figures(server: Server) -> dict[str, float]:
+    """The load-on-demand counters, over every model (the histogram's count and sum too)."""
     with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
         text = r.read().decode()
-    return {m[1]: float(m[2]) for m in re.finditer(r"^(nv_model_on_demand_\w+?) (\S+)$", text, re.MULTILINE)}
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^(nv_model_on_demand_\w+?)\{model="[^"]*"\} (\S+)$', text, re.MULTILINE):
+        out[m[1]] = out.get(m[1], 0.0) + float(m[2])
+    return out
 
 
 def test_a_cold_request_is_served_and_the_index_shows_it_loaded(client: httpclient.InferenceServerClient) -> None:
@@ -114,6 +118,8 @@ def test_a_cold_request_over_grpc(on_demand: Server, client: httpclient.Inferenc
 
 def test_concurrent_cold_requests_share_one_load(on_demand: Server, client: httpclient.InferenceServerClient) -> None:
     before = figures(on_demand)
+    before.setdefault("nv_model_on_demand_loads_total", 0.0)
+    before.setdefault("nv_model_on_demand_waited_requests_total", 0.0)
     start = threading.Barrier(8)
     errors: list[BaseException] = []
 
@@ -141,6 +147,7 @@ def test_the_least_recently_used_is_evicted_and_the_pinned_model_never(
     on_demand: Server, client: httpclient.InferenceServerClient
 ) -> None:
     before = figures(on_demand)
+    before.setdefault("nv_model_on_demand_evictions_total", 0.0)
     add_sub(client, "m1")
     add_sub(client, "m2")
     add_sub(client, "m1")  # m2 is now the least recently used (pinned is older, but the operator's)
@@ -195,6 +202,7 @@ def test_a_load_failure_is_answered_until_the_repository_changes(
     on_demand: Server, client: httpclient.InferenceServerClient
 ) -> None:
     before = figures(on_demand)
+    before.setdefault("nv_model_on_demand_load_failures_total", 0.0)
     messages = []
     for _ in range(2):
         with pytest.raises(InferenceServerException) as info:
