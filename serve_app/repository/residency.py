@@ -79,11 +79,10 @@ class Residency:
 
     # -- what the manager reports -------------------------------------------------------------
     def loaded(self, name: str, pinned: bool, node: str = DEFAULT_NODE) -> None:
-        """``name`` now serves; a reload keeps its record (pinned once, pinned for good)."""
+        """``name`` now serves; a reload (poll saw its directory change) keeps whose it is (see :meth:`pin`)."""
         now = self.clock()
         old = self._models.get(name)
         if old is not None:
-            old.pinned = old.pinned or pinned
             old.loaded_at = now
             return
         self._models[name] = _Resident(node, now, now, pinned)

@@ -109,11 +109,18 @@ def test_loads_under_way_count() -> None:
     assert r.admit([("b", 1)], {}, loading=1).load == []
 
 
-def test_a_reload_keeps_the_pin_and_restarts_the_minimum_time() -> None:
+def test_a_reload_keeps_whose_model_it_is_and_restarts_the_minimum_time() -> None:
     r, clock = residency(budget=1, min_resident_s=10.0)
     r.loaded("a", pinned=True)
     r.loaded("a", pinned=False)
     assert r.counted() == 1
+    clock.now += 100
+    assert r.admit([("b", 1)], {}).load == []  # still the operator's
+    r.unloaded("a")
+    r.loaded("a", pinned=False)
+    r.loaded("a", pinned=True)  # a reload the manager started (poll) doesn't make it the operator's
+    clock.now += 100
+    assert r.admit([("b", 1)], {}).evict == ["a"]
     r.unloaded("a")
     r.loaded("a", pinned=False)
     clock.now += 5
