@@ -151,8 +151,10 @@ class OnDemand:
                         future.exception()  # retrieved: no warning when every request gave up waiting
                     else:
                         future.set_result(None)
-        if admission.retry_at is None:
-            return 0.0 if self._waiting else None
+        if not self._waiting:
+            return None
+        if admission.load or admission.retry_at is None:  # the loads are done: the next ones may go now
+            return 0.0
         return max(0.0, admission.retry_at - self.residency.clock())
 
     def _slots(self, name: str) -> int:
