@@ -133,18 +133,20 @@ class Residency:
                 retry_at = now + RETRY_S
                 break
             if free is not None:
-                while free < slots:
+                picked: list[str] = []
+                while free + len(picked) < slots:
                     victim = self._victim(order, usage, users, gone, now)
                     if victim is None:
                         break
                     going = [victim, *self._cascade(victim, users, gone)]
                     gone.update(going)
-                    evict += going
-                    free += len(going)
-                if free < slots:
+                    picked += going
+                if free + len(picked) < slots:  # not enough room even so: evict nothing for it
+                    gone.difference_update(picked)
                     retry_at = self._next_chance(order, usage, users, gone, now)
                     break
-                free -= slots
+                evict += picked
+                free += len(picked) - slots
             load.append(name)
         return Admission(load, evict, retry_at)
 

@@ -136,3 +136,12 @@ def test_nodes_have_budgets_of_their_own() -> None:
     clock.now += 100
     assert r.admit([("b", 1)], {}, node="n2") == Admission(["b"])
     assert r.admit([("b", 1)], {}, node="n1") == Admission(["b"], ["a"])
+
+
+def test_nothing_is_evicted_for_a_load_that_still_would_not_fit() -> None:
+    r, clock = residency(budget=2)
+    r.loaded("a", pinned=False)
+    r.loaded("op", pinned=True)
+    clock.now += 100
+    got = r.admit([("ens", 2)], {})
+    assert got.load == [] and got.evict == [] and got.retry_at is not None
