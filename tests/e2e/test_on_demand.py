@@ -1,6 +1,7 @@
 """Load on demand and the per-node budget on a server of its own, with stock tritonclient: a cold request
 served, concurrent cold requests sharing one load, LRU eviction, what is never evicted (in flight, queued,
-live sequences, the operator's models), a load failure answered, and the setting off changing nothing.
+live sequences, the operator's models), a load failure answered, poll mode, and the setting off changing
+nothing.
 
 The budget is 3 models; ``pinned`` (``--load-model``) holds one of them, so two models loaded on demand fit.
 Models may be evicted as soon as they are loaded (``--on-demand-min-resident-s 0``): the minimum time is
@@ -219,6 +220,25 @@ def test_a_load_failure_is_answered_until_the_repository_changes(
 def test_a_name_not_in_the_repository_is_unknown(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is not found"):
         add_sub(client, "nope")
+
+
+@pytest.fixture(scope="module")
+def polled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repo = tmp_path_factory.mktemp("polled_repo")
+    example_models.add_sub(repo, name="m1")
+    extra = ["--model-control-mode", "poll", "--repository-poll-secs", "1", "--load-on-demand"]
+    server, _ = start_server(tmp_path_factory, repo, extra, "polled_on_demand")
+    yield server
+    stop_server(server)
+
+
+def test_poll_mode_starts_with_nothing_and_loads_models_added_later_on_request(polled: Server) -> None:
+    c = httpclient.InferenceServerClient(polled.http_url, network_timeout=300.0)
+    assert loaded(c) == set()
+    add_sub(c, "m1")
+    example_models.add_sub(polled.repo, name="m_new")
+    add_sub(c, "m_new")
+    assert loaded(c) == {"m1", "m_new"}
 
 
 @pytest.fixture(scope="module")
