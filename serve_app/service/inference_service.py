@@ -177,11 +177,12 @@ class InferenceService:
         it served, load it, wait, and serve it; otherwise ``error``."""
         if self.on_demand is None or self.registry.versions(name):
             raise error
-        self.waited_for_load[name] = self.waited_for_load.get(name, 0) + 1
         try:
             await self.on_demand(name)
         except Exception as exc:
             raise as_serve_error(exc) from None
+        # counted once it serves: a name the repository lacks must not add a series to the metrics page
+        self.waited_for_load[name] = self.waited_for_load.get(name, 0) + 1
         return self.registry.resolve_ready(name, version)
 
     # -- health --------------------------------------------------------------
