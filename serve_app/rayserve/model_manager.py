@@ -192,10 +192,10 @@ class ModelManager(StopsOnShutdown):
             failures = await self._load_models(dict(plan.sources)) if plan.sources else {}
             if plan.unload:  # ensembles the reload left without the steps they need
                 await self._remove(list(plan.unload), reason="unloaded")
+            if self._on_demand is not None and self.control.is_explicit(name):
+                self._on_demand.residency.pin(name)  # the operator's model now: never evicted
         if name in failures:
             raise _load_error(name, failures[name])
-        if self._on_demand is not None and self.control.is_explicit(name):
-            self._on_demand.residency.pin(name)  # the operator's model now: never evicted
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         async with self._lock:
