@@ -115,6 +115,25 @@ class ServerSettings:
         "are refused (model files backends only read, such as ONNX, stay allowed)",
     )
     repository_poll_secs: float = setting(15.0, "poll mode: seconds between repository polls")
+    load_on_demand: bool = setting(
+        False,
+        "explicit or poll mode: a request for a repository model that is not loaded loads it (concurrent first "
+        "requests share one load), waits for it up to on_demand_wait_s, then is served; the start loads only the "
+        "load_model names (poll mode: none), and the poll reloads changed models that are loaded",
+    )
+    on_demand_wait_s: float = setting(
+        120.0, "load_on_demand: longest a request waits for its model to load (and for room on a node)"
+    )
+    max_loaded_models_per_node: int = setting(
+        0,
+        "load_on_demand: models loaded on demand that one node holds at most; a load that would exceed it "
+        "unloads the least recently used idle model loaded on demand first (0: no limit)",
+    )
+    on_demand_min_resident_s: float = setting(
+        30.0,
+        "load_on_demand: a model loaded on demand is not evicted sooner than this after its load, so a working "
+        "set larger than the budget answers slower instead of loading and unloading in turn",
+    )
     model_load_thread_count: int = setting(
         0,
         "Triton's --model-load-thread-count: models whose instances start at once (the others wait their turn, "
@@ -302,6 +321,12 @@ class ServerSettings:
             raise InvalidArgument("repository_poll_secs must be positive")
         if self.model_load_thread_count < 0 or self.model_load_retry_count < 0:
             raise InvalidArgument("model_load_thread_count and model_load_retry_count must be 0 or more")
+        if self.load_on_demand and self.model_control_mode == "none":
+            raise InvalidArgument("load_on_demand needs model_control_mode explicit or poll")
+        if self.max_loaded_models_per_node < 0 or self.on_demand_wait_s <= 0 or self.on_demand_min_resident_s < 0:
+            raise InvalidArgument(
+                "max_loaded_models_per_node and on_demand_min_resident_s must be 0 or more, on_demand_wait_s positive"
+            )
         if self.model_config_name and (not is_plain_name(self.model_config_name) or self.model_config_name[0] == "."):
             raise InvalidArgument(
                 f"model_config_name {self.model_config_name!r} must be a file name (without .pbtxt) of a model's "

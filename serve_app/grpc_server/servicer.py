@@ -133,7 +133,10 @@ class InferenceServicer(SharedMemoryRpcs):
         return await self._model_infer(request)
 
     async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        model = self.service.model(request.model_name, request.model_version)
+        try:
+            model = self.service.model(request.model_name, request.model_version)
+        except ServeError as miss:  # not served: loaded on demand when that is on
+            model = await self.service.model_after_miss(request.model_name, request.model_version, miss)
         if model.is_decoupled:
             raise Unsupported(DECOUPLED_UNARY)
         shm = self.service.shared_memory
@@ -202,7 +205,10 @@ class InferenceServicer(SharedMemoryRpcs):
             return
         final = True
         try:
-            model = self.service.model(request.model_name, request.model_version)
+            try:
+                model = self.service.model(request.model_name, request.model_version)
+            except ServeError as miss:  # not served: loaded on demand when that is on
+                model = await self.service.model_after_miss(request.model_name, request.model_version, miss)
             empty_final = _empty_final_wanted(request)
             req = grpc_codec.decode_model_infer_request(request, self.limits, self.service.shared_memory)
             async with contextlib.aclosing(self.service.infer_stream(model, req)) as items:

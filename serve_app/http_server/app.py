@@ -131,7 +131,10 @@ def build_http_app(
     async def infer(request: Request) -> Response:
         """The infer route of traced requests (the others take :class:`FastInfer`, with the same steps)."""
         name, version = model_args(request)
-        model = service.model(name, version)
+        try:
+            model = service.model(name, version)
+        except ServeError as miss:  # not served: loaded on demand when that is on
+            model = await service.model_after_miss(name, version, miss)
         check_not_decoupled(model)
         body = await read_body(request, limits)
         mark_received()

@@ -41,7 +41,10 @@ def generate_routes(
         if encoding not in ("", "identity"):
             raise InvalidArgument("Unsupported content-encoding, only 'identity' is supported.")
         name, version = request.path_params["model"], request.path_params.get("version", "")
-        model = service.model(name, version)
+        try:
+            model = service.model(name, version)
+        except ServeError as miss:  # not served: loaded on demand when that is on
+            model = await service.model_after_miss(name, version, miss)
         body = await read_body(request, limits)
         req = decode_generate_request(body, model_name=name, model_version=version, sig=model.signature, limits=limits)
         return service.infer_stream(model, req), req

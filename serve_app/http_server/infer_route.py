@@ -15,7 +15,7 @@ import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve_app.errors import Cancelled, InvalidArgument, Unsupported, as_serve_error
+from serve_app.errors import Cancelled, InvalidArgument, ServeError, Unsupported, as_serve_error
 from serve_app.http_server.disconnect import cancel_on_disconnect
 from serve_app.http_server.object_count import check_object_count
 from serve_app.limits import RequestLimits
@@ -110,7 +110,10 @@ class FastInfer:
         """The status, headers and body of the response (errors included).  ``disconnect``: the ``receive``
         that reports the client's disconnect while the inference runs (None: the caller cancels instead)."""
         try:
-            model = self.service.model(name, version)
+            try:
+                model = self.service.model(name, version)
+            except ServeError as miss:  # not served: loaded on demand when that is on
+                model = await self.service.model_after_miss(name, version, miss)
             check_not_decoupled(model)
             content_length: str | None = None
             header_length: str | None = None

@@ -44,6 +44,7 @@ from serve_app.service.serving_state import ServingState
 from serve_app.settings import ServerSettings
 from serve_app.shared_memory import DirectoryStore, SharedMemory, node_directory
 from serve_app.stats import ModelStats
+from serve_app.stats.on_demand import OnDemandStats
 from serve_app.transport import ChannelServer
 
 logger = logging.getLogger("serve_app")
@@ -110,6 +111,10 @@ class Gateway(StopsOnShutdown):
             strict_readiness=settings.strict_readiness,
         )
         self.link.service = self.service
+        self._demands: dict[str, asyncio.Task[None]] = {}  # one load on demand per model at a time, shared
+        if settings.load_on_demand:
+            self.service.on_demand = self._demand
+            self.service.on_demand_stats = self._on_demand_stats
         self.executor.logs = lambda: self.service.diagnostics.logs  # changes reach the models' processes
         self._apply_lock = asyncio.Lock()
         if self.hosting is not None:
@@ -158,6 +163,44 @@ class Gateway(StopsOnShutdown):
 
     async def bls_is_ready(self, name: str, version: str) -> bool:
         return await self.link.is_ready(name, version)
+
+    # -- load on demand ------------------------------------------------------------------------
+    async def _demand(self, name: str) -> None:
+        """Ask the manager to load ``name`` (one ask per model from this gateway) and wait until it serves here."""
+        task = self._demands.get(name)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._demand_once(name))
+            self._demands[name] = task
+            task.add_done_callback(lambda _: self._demands.pop(name, None))
+        await asyncio.shield(task)
+
+    async def _demand_once(self, name: str) -> None:
+        await self._manager.demand.remote(name)
+        if not self.registry.versions(name):  # the manager's push has not landed yet: take the state now
+            await self.apply_state(await self._manager.state.remote())
+
+    async def _on_demand_stats(self) -> OnDemandStats:
+        """The manager's loads and evictions, with the requests that waited here (and at the other gateways)."""
+        stats: OnDemandStats = await self._manager.on_demand_stats.remote()
+        answers: list[object] = [self.service.waited_for_load]
+        if self.settings.gateway_replicas > 1:
+            from ray import serve
+
+            handle = serve.get_deployment_handle("gateway", self.settings.app_name)
+            answers = await handle.broadcast("waited_for_load").results_async(return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, dict):
+                for model, count in answer.items():
+                    stats.of(model).waited += count
+        return stats
+
+    async def waited_for_load(self) -> dict[str, int]:
+        return dict(self.service.waited_for_load)
+
+    async def usage(self) -> dict[str, tuple[float | None, bool, int]]:
+        """Each served model's use as this gateway sees it: its last request (seconds since the epoch), whether
+        requests are in flight or queued, its live sequences (the manager's eviction policy reads it)."""
+        return self.service.usage()
 
     # -- holding instances (the Serve calls a host pool answers) --------------------------------
     async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:

@@ -38,16 +38,19 @@ from serve_app.rayserve.cluster import wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
 from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
+from serve_app.rayserve.on_demand import OnDemand, unknown_model, usage_of
 from serve_app.rayserve.pool_content import PoolContent
 from serve_app.rayserve.sequence_router_deployment import SequenceModelSpec
 from serve_app.rayserve.shutdown import StopsOnShutdown
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl, parse_control_mode
+from serve_app.repository.residency import Usage
 from serve_app.service.admission import admit
 from serve_app.service.model_books import DeployResults, Generation, ModelBooks, Stale
 from serve_app.service.serving_state import ServedVersion, ServingState
 from serve_app.settings import ServerSettings
+from serve_app.stats.on_demand import OnDemandStats
 
 logger = logging.getLogger("ray.serve")
 models_log = models_logger()  # one line per model as it loads, whatever Ray's and Serve's level
@@ -76,8 +79,15 @@ class ModelManager(StopsOnShutdown):
         )
         self.mode = parse_control_mode(settings.model_control_mode)
         self.control = ModelControl(
-            self._repo, self.mode, settings.load_model, allow_code_upload=settings.allow_model_code_upload
+            self._repo,
+            self.mode,
+            settings.load_model,
+            allow_code_upload=settings.allow_model_code_upload,
+            on_demand=settings.load_on_demand,
         )
+        # Models load on their first request (and the least recently used make room): see on_demand.py.
+        self._on_demand = OnDemand(self, settings, self._gateway_usage) if settings.load_on_demand else None
+        self._demanding = False  # the models loading now were asked for by requests, not by the operator
         self._scaling_overrides: dict[str, dict[str, Any]] = (
             load_override_file(settings.autoscaling_file) if settings.autoscaling_file else {}
         )
@@ -100,6 +110,12 @@ class ModelManager(StopsOnShutdown):
         self._poller = (
             asyncio.get_running_loop().create_task(self._poll_forever()) if self.mode is ControlMode.POLL else None
         )
+        if self._on_demand is not None:
+            self._on_demand.start()
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        return self._lock
 
     # -- what gateways read ------------------------------------------------------------------
     async def state(self) -> ServingState:
@@ -176,6 +192,8 @@ class ModelManager(StopsOnShutdown):
             failures = await self._load_models(dict(plan.sources)) if plan.sources else {}
             if plan.unload:  # ensembles the reload left without the steps they need
                 await self._remove(list(plan.unload), reason="unloaded")
+            if self._on_demand is not None and self.control.is_explicit(name):
+                self._on_demand.residency.pin(name)  # the operator's model now: never evicted
         if name in failures:
             raise _load_error(name, failures[name])
 
@@ -183,6 +201,55 @@ class ModelManager(StopsOnShutdown):
         async with self._lock:
             names = self.control.prepare_unload(name, unload_dependents)
             await self._remove(names, reason="unloaded")
+
+    # -- load on demand (see on_demand.py) ---------------------------------------------------------
+    async def demand(self, name: str) -> None:
+        """A request for ``name``, which a gateway doesn't serve: returns once it serves, or raises why not."""
+        if self._on_demand is None:
+            raise unknown_model(name)
+        await self._on_demand.demand(name)
+
+    async def demand_load(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
+        """Load ``names`` (and their steps) for the requests waiting for them; returns the models that failed
+        (and why) and those that loaded.  The caller holds the lock."""
+        sources: dict[str, ModelSource] = {}
+        failures: dict[str, str] = {}
+        for name in names:
+            try:
+                plan = self.control.prepare_demand(name)
+            except Exception as exc:
+                failures[name] = as_serve_error(exc).message
+                models_log.error(failed_line(name, failures[name]))
+                self._books.load_failed(name, failures[name])
+                continue
+            sources.update(plan.sources)
+        self._demanding = True
+        try:
+            failures.update(await self._load_models(sources) if sources else {})
+        finally:
+            self._demanding = False
+        if failures:  # the gateways learn why (a request after the wait resolves it there)
+            await self._publish([])
+        return failures, [n for n in sources if n not in failures]
+
+    async def evict(self, names: list[str]) -> None:
+        """Unload ``names`` (and what can't serve without them) to make room; the caller holds the lock."""
+        going: list[str] = []
+        for name in names:
+            going += [n for n in self.control.unload_plan(name) if n not in going]
+        if going:
+            await self._remove(going, reason="unloaded")
+
+    async def on_demand_stats(self) -> OnDemandStats:
+        return self._on_demand.stats if self._on_demand is not None else OnDemandStats()
+
+    async def _gateway_usage(self) -> dict[str, Usage]:
+        try:
+            handle = serve.get_deployment_handle("gateway", self.settings.app_name)
+            answers = await handle.broadcast("usage").results_async(return_exceptions=True)
+        except Exception as exc:
+            answers = [exc]
+        return usage_of(answers)
 
     # -- deploying -------------------------------------------------------------------------------
     def _startup_sources(self) -> dict[str, ModelSource]:
@@ -272,6 +339,8 @@ class ModelManager(StopsOnShutdown):
                 books.unannounced.pop(name, None)
                 models_log.info(loaded_line(name, _versions(books.served[name])))
             self.control.loaded(name, source)
+            if self._on_demand is not None:
+                self._on_demand.residency.loaded(name, pinned=not self._demanding)
         await self._publish(stale.apps, stale.groups)
         return failures
 
@@ -367,6 +436,8 @@ class ModelManager(StopsOnShutdown):
             else:
                 served = self._books.remove(name, reason, stale)
                 self.control.unloaded(name)
+                if self._on_demand is not None:
+                    self._on_demand.residency.unloaded(name)
                 if served:
                     models_log.info(unloaded_line(name))
         await self._publish(stale.apps, stale.groups, unloading=True)
@@ -436,11 +507,15 @@ class ModelManager(StopsOnShutdown):
     async def check_health(self) -> None:
         if self._poller is not None and self._poller.done():
             raise RuntimeError("the repository poller stopped")
+        if self._on_demand is not None and not self._on_demand.running:
+            raise RuntimeError("the load-on-demand loop stopped")
 
     async def stop_once(self) -> None:
         """The server's application is going away: so do its models' applications."""
         if self._poller is not None:
             self._poller.cancel()
+        if self._on_demand is not None:
+            self._on_demand.stop()
         apps = [a for names in self._books.apps.values() for a in names]
         apps += [self._pools.app_name(pool) for pool in self._pools.deployed.values()]
         if apps:

@@ -98,6 +98,15 @@ MISSING_CONFIG = "Load parameter 'config' must be specified for model file overr
 _STAGED = "staged"
 
 
+class Demand(enum.Enum):
+    """What a request for a model that may not be loaded needs (load on demand)."""
+
+    SERVES = "serves"
+    LOAD = "load"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
 class ControlMode(enum.Enum):
     """Triton's ``--model-control-mode``."""
 
@@ -163,6 +172,7 @@ class ModelControl:
         startup_models: Sequence[str] = (),
         staging_root: Path | None = None,
         allow_code_upload: bool = False,
+        on_demand: bool = False,
     ) -> None:
         wanted = set(startup_models)
         if mode is ControlMode.EXPLICIT and WILDCARD in wanted and len(wanted) > 1:
@@ -172,6 +182,7 @@ class ModelControl:
         self._startup_models = sorted(wanted)
         self._staging_root = Path(staging_root).resolve() if staging_root is not None else None
         self._allow_code_upload = allow_code_upload
+        self._on_demand = on_demand  # models load on their first request: the start and poll add none
         self._loaded: dict[str, ModelSource] = {}
         self._loaded_fp: dict[str, str] = {}  # the directory as it was when what serves was read
         self._seen_fp: dict[str, str] = {}  # ... when the last load (good or failed) was read: what poll compares
@@ -199,6 +210,8 @@ class ModelControl:
         repository doesn't have fails the start: Triton loads the others, then
         fails with "failed to load all models" and (by default) exits.
         """
+        if self._on_demand and self._mode is ControlMode.POLL:
+            return []
         if self._mode is not ControlMode.EXPLICIT or self._startup_models == [WILDCARD]:
             roots = self._repo.model_names()
             names = roots
@@ -258,13 +271,63 @@ class ModelControl:
                     self._pending.pop(other, None)
             raise
 
+    # -- load on demand ---------------------------------------------------------------------------
+    def demand(self, name: str) -> Demand:
+        """What a request for ``name`` needs: it serves, it must load, its last load failed and the directory
+        is unchanged since (that failure answers), or the repository has no such model."""
+        if name in self._loaded:
+            return Demand.SERVES
+        if not self._repo.has_model(name):
+            return Demand.UNKNOWN
+        if name in self._failed and self._seen_fp.get(name) == self._fingerprint(name):
+            return Demand.FAILED
+        return Demand.LOAD
+
+    def failure(self, name: str) -> str:
+        """Why the last load of ``name`` failed ("" if it didn't)."""
+        return self._failed.get(name, "")
+
+    def prepare_demand(self, name: str) -> LoadPlan:
+        """:meth:`prepare_load` of a plain load from the repository, in explicit or poll mode, that doesn't make
+        ``name`` an operator's (explicitly loaded) model."""
+        planned: list[str] = []
+        try:
+            return self._plan_load(name, None, None, planned, explicit=False)
+        except ServeError as err:
+            self.load_failed(name, err.message)
+            for other in planned:
+                if other != name:
+                    self._pending.pop(other, None)
+            raise
+
+    def is_explicit(self, name: str) -> bool:
+        """Loaded because the operator asked for it (not only as a step, not only on demand)."""
+        return name in self._explicit
+
+    def steps_of(self, name: str) -> list[str]:
+        """The composing models of ``name`` (an ensemble), as it serves or as its directory says."""
+        return self._peek_steps(name)
+
+    def users(self) -> dict[str, list[str]]:
+        """Each loaded model -> the loaded ensembles that use it."""
+        out: dict[str, list[str]] = {}
+        for other, source in sorted(self._loaded.items()):
+            for step in _steps(source.config):
+                out.setdefault(step, []).append(other)
+        return out
+
     def _plan_load(
-        self, name: str, override: mc.ModelConfig | None, staged: Path | None, planned: list[str]
+        self,
+        name: str,
+        override: mc.ModelConfig | None,
+        staged: Path | None,
+        planned: list[str],
+        explicit: bool = True,
     ) -> LoadPlan:
         sources: dict[str, ModelSource] = {}
         configs: dict[str, mc.ModelConfig] = {}  # every model the load involves, as it will serve
         if override is None and staged is None:
-            source = self._read_plain(name, True, planned)
+            source = self._read_plain(name, explicit, planned)
         else:
             fingerprint = _STAGED if staged is not None else self._fingerprint(name)
             self._pending[name] = _Pending(fingerprint, explicit=True, staged=staged)
@@ -272,7 +335,7 @@ class ModelControl:
             source = self._repo.load(name, config_override=override, directory=staged)
         if source is not None:
             sources[name] = source
-        else:  # serves unchanged; asked for now, so not only a composing model any more
+        elif explicit:  # serves unchanged; asked for now, so not only a composing model any more
             self._explicit.add(name)
         configs[name] = (source or self._loaded[name]).config
 
@@ -387,6 +450,10 @@ class ModelControl:
         doesn't serve: nothing to do (success, as in Triton).
         """
         self._require_explicit()
+        return self.unload_plan(name, unload_dependents)
+
+    def unload_plan(self, name: str, unload_dependents: bool = False) -> list[str]:
+        """:meth:`prepare_unload` in any mode (what evicting a model loaded on demand takes down with it)."""
         if name not in self._loaded:
             return []
         users: dict[str, set[str]] = {}
@@ -455,6 +522,9 @@ class ModelControl:
                     changed.append(name)
                     touched.add(name)
                     grew = True
+        if self._on_demand:  # models load on their first request: only those that serve are reloaded
+            added = []
+            changed = [n for n in changed if n in self._loaded]
         for name in (*added, *changed):
             self._pending[name] = _Pending(current[name], explicit=True)
         return PollChanges(added=added, removed=removed, changed=sorted(changed))

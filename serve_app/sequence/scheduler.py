@@ -301,6 +301,11 @@ class SequenceScheduler:
     def queued(self) -> int:
         return self.stats.pending
 
+    @property
+    def live_sequences(self) -> int:
+        """Sequences started here and not ended (as far as this front end knows)."""
+        return len(self._places)
+
     def drained(self) -> bool:
         """Always: steps go straight to their instances, which finish them (or end them on unload)."""
         return True

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from serve_app.cache_config import CacheConfig
 from serve_app.config.decoupled import response_timeout_s
 from serve_app.config.validate import PER_REQUEST_BACKENDS
-from serve_app.errors import InvalidArgument, ServeError, Unavailable
+from serve_app.errors import InvalidArgument, ServeError, Unavailable, as_serve_error
 from serve_app.inference.classification import apply_classification
 from serve_app.inference.custom_metrics import Collected
 from serve_app.inference.execution import Execution, ExecutionResult, PartResult
@@ -45,6 +45,7 @@ from serve_app.service.registry import ModelRegistry, ModelState, ServedModel
 from serve_app.shared_memory import SharedMemory
 from serve_app.stats import ModelStats
 from serve_app.stats.latency import Latencies
+from serve_app.stats.on_demand import OnDemandStats
 from serve_app.stats.prometheus import ModelMetrics
 
 # In the order Triton's server metadata lists them (core's InferenceServer constructor).
@@ -148,6 +149,41 @@ class InferenceService:
         self.inflight = 0  # client requests in progress (drained at shutdown)
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
         self.diagnostics.model_ready = self.model_ready
+        # Load on demand: loads a model no version of which is served, returns once it serves (None: off).
+        self.on_demand: Callable[[str], Awaitable[None]] | None = None
+        self.waited_for_load: dict[str, int] = {}  # by model: requests that waited for its load
+        self.on_demand_stats: Callable[[], Awaitable[OnDemandStats]] | None = None  # for the metrics port
+
+    def usage(self) -> dict[str, tuple[float | None, bool, int]]:
+        """Each served model's use here: its last request (seconds since the epoch, None: none yet), whether
+        requests are in flight or queued, and its live sequences."""
+        out: dict[str, tuple[float | None, bool, int]] = {}
+        for model in self.registry.all_models():
+            sched = model.scheduler
+            if sched is None:
+                continue
+            stats = sched.stats
+            last = stats.last_inference_ms / 1000 if stats.last_inference_ms else None
+            busy = not sched.drained() or stats.pending > 0
+            sequences = sched.live_sequences if isinstance(sched, SequenceScheduler) else 0
+            old_last, old_busy, old_sequences = out.get(model.name, (None, False, 0))
+            if old_last is not None and (last is None or old_last > last):
+                last = old_last
+            out[model.name] = (last, busy or old_busy, sequences + old_sequences)
+        return out
+
+    async def model_after_miss(self, name: str, version: str, error: ServeError) -> ServedModel:
+        """A request named a model :meth:`model` doesn't serve (``error``): with load on demand and no version of
+        it served, load it, wait, and serve it; otherwise ``error``."""
+        if self.on_demand is None or self.registry.versions(name):
+            raise error
+        try:
+            await self.on_demand(name)
+        except Exception as exc:
+            raise as_serve_error(exc) from None
+        # counted once it serves: a name the repository lacks must not add a series to the metrics page
+        self.waited_for_load[name] = self.waited_for_load.get(name, 0) + 1
+        return self.registry.resolve_ready(name, version)
 
     # -- health --------------------------------------------------------------
     def live(self) -> bool:

@@ -12,6 +12,7 @@ import pytest
 from serve_app.http_server import build_http_app
 from serve_app.http_server.metrics import build_metrics_app
 from serve_app.service import InferenceService
+from serve_app.stats.on_demand import OnDemandStats
 from tests.support.dashboards import DASHBOARDS, aggregation_labels, promql_selectors, queries
 from tests.support.repos import ADD_SUB
 
@@ -37,8 +38,17 @@ async def metric_labels(service: InferenceService) -> dict[str, set[str]]:
     return found
 
 
+async def _on_demand_figures() -> OnDemandStats:
+    stats = OnDemandStats()
+    stats.record_load(ADD_SUB, 0.5)
+    return stats
+
+
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
-async def test_every_metric_and_label_a_dashboard_queries_exists(service: InferenceService, path: object) -> None:
+async def test_every_metric_and_label_a_dashboard_queries_exists(
+    service: InferenceService, path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "on_demand_stats", _on_demand_figures)  # a server with --load-on-demand
     exported = await metric_labels(service)
     assert exported["nv_inference_request_failure"] >= {"model", "version", "reason"}
     dashboard = json.loads(path.read_text())  # type: ignore[attr-defined]

@@ -80,3 +80,11 @@ def test_rate_limit_resources_only_count_with_the_rate_limiter_on() -> None:
         {"model_repository": "/m", "rate_limit": "execution_count", "rate_limit_resource": "R:2,S:1:0"}
     )
     assert on.rate_limit_resources() == {"R": 2, "S": 1}
+
+
+def test_load_on_demand_needs_explicit_or_poll_and_sane_bounds() -> None:
+    ServerSettings.from_args({"model_repository": "/m", "model_control_mode": "poll", "load_on_demand": "true"})
+    with pytest.raises(InvalidArgument, match="load_on_demand needs model_control_mode explicit or poll"):
+        ServerSettings(model_repository="/m", load_on_demand=True)
+    with pytest.raises(InvalidArgument, match="max_loaded_models_per_node"):
+        ServerSettings(model_repository="/m", model_control_mode="explicit", max_loaded_models_per_node=-1)

@@ -23,9 +23,11 @@ from serve_app.placement import ClusterGpus, app_name, deployment_name
 from serve_app.rayserve.console import MODELS_LOGGER
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps
 from serve_app.rayserve.model_manager import ModelManager, _load_error
+from serve_app.rayserve.on_demand import OnDemand
 from serve_app.repository import ModelRepository, ModelSource
 from serve_app.repository.api import IndexEntry
 from serve_app.repository.model_control import ControlMode, ModelControl
+from serve_app.repository.residency import Usage
 from serve_app.service.model_books import ModelBooks
 from serve_app.service.serving_state import ServedVersion
 from serve_app.settings import ServerSettings
@@ -71,6 +73,8 @@ class Manager:
         )
         mgr._next_generation = 1000
         mgr._gpus = ClusterGpus(total=0)
+        mgr._on_demand = None
+        mgr._demanding = False
         self.mgr = mgr
         self.run: list[list[str]] = []  # applications started, per deploy
         self.bad: dict[str, str] = {}  # model -> the load error its instances report
@@ -229,6 +233,40 @@ async def test_unload_publishes_the_model_as_unloaded(repo: pathlib.Path) -> Non
     state = m.mgr._snapshot()
     assert state.served == () and state.failed == (("add_sub", "unloaded"), ("ens", "unloaded"))
     assert m.published[-1] == ["serve_app--add_sub.v1.g0--1001"]
+
+
+async def test_models_loaded_on_demand_can_be_evicted_and_the_operators_cannot(repo: pathlib.Path) -> None:
+    m = Manager(
+        repo,
+        mode=ControlMode.EXPLICIT,
+        model_control_mode="explicit",
+        load_on_demand=True,
+        max_loaded_models_per_node=2,
+    )
+    m.mgr.control = ModelControl(m.mgr._repo, ControlMode.EXPLICIT, on_demand=True)
+
+    async def no_usage() -> dict[str, Usage]:
+        return {}
+
+    on_demand = m.mgr._on_demand = OnDemand(m.mgr, m.mgr.settings, no_usage)
+    failures, loaded = await m.mgr.demand_load(["ens"])
+    assert failures == {} and sorted(loaded) == ["add_sub", "ens"]
+    assert on_demand.residency.counted() == 2
+    await m.mgr.load("add_sub")  # unchanged: nothing deployed, but the operator's now
+    on_demand.residency.clock = lambda: 1e12
+    admission = on_demand.residency.admit([("other", 2)], {})
+    assert admission.load == [] and admission.evict == []  # add_sub is pinned, so ens is all that could go
+    await m.mgr.evict(["ens"])
+    assert [v.name for v in m.mgr._snapshot().served] == ["add_sub"]
+    assert on_demand.residency.counted() == 1
+
+
+async def test_a_load_on_demand_that_fails_is_reported(repo: pathlib.Path) -> None:
+    m = Manager(repo, mode=ControlMode.EXPLICIT, model_control_mode="explicit", load_on_demand=True)
+    m.mgr.control = ModelControl(m.mgr._repo, ControlMode.EXPLICIT, on_demand=True)
+    m.bad["add_sub"] = "bad weights"
+    failures, loaded = await m.mgr.demand_load(["add_sub", "broken_ens"])
+    assert failures["add_sub"] == "bad weights" and "missing" in failures["broken_ens"] and loaded == []
 
 
 # -- _snapshot and index ----------------------------------------------------------------------------
