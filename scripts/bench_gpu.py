@@ -133,6 +133,7 @@ def bench_server(
     else:
         if args.dry_run:
             os.environ["RAY_OVERRIDE_RESOURCES"] = DRY_RUN_RESOURCES
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)  # "" would hide the pretend GPU
         extra = ["--local"] if args.local else ["--object-store-memory", str(512 * 2**20)]
         proc = start_server(repo, ports, log, extra, ready=LOCAL_READY if args.local else RAY_READY)
         stop = stop_server

@@ -23,6 +23,7 @@ dry_flag=()
 if [ "$dry" = 1 ]; then
     dry_flag=(--dry-run)
     export SERVE_APP_GPU_DRY_RUN=1
+    unset CUDA_VISIBLE_DEVICES  # Ray's pretend GPU must not be hidden (a caller's "" would refuse it)
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     echo "dry run: on the GPU machine this runs, from the repository's root:"
     echo "  unpack $archive into $site && export PYTHONPATH=$site:\$PWD PATH=$site/bin:\$PATH"

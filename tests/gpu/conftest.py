@@ -103,15 +103,18 @@ def ray_server(device: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     ports = (free_port(), free_port(), free_port())
     extra = ["--object-store-memory", str(256 * 2**20), "--instance-timeout-s", "10"]
     saved = os.environ.get("RAY_OVERRIDE_RESOURCES")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if DRY_RUN:
         os.environ["RAY_OVERRIDE_RESOURCES"] = DRY_RUN_RESOURCES
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)  # "" would hide Ray's pretend GPU
     try:
         proc = start_server(repo, ports, log, extra, ready=RAY_READY)
     finally:
-        if saved is None:
-            os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
-        else:
-            os.environ["RAY_OVERRIDE_RESOURCES"] = saved
+        for name, value in (("RAY_OVERRIDE_RESOURCES", saved), ("CUDA_VISIBLE_DEVICES", visible)):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     try:
         yield Server(*ports, proc.pid, repo, log)
     finally:
