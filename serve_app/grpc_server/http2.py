@@ -503,18 +503,19 @@ class GrpcConnection(asyncio.Protocol):
             return
         call.working = True
         self._working += 1
-        call.task = task = self.loop.create_task(self._run_unary(call))
-        task.add_done_callback(lambda _: self._end_work(call))
+        call.task = self.loop.create_task(self._run_unary(call))
 
     def _end_work(self, call: _Call) -> None:
-        """The call's handler returned (or will never run): its request no longer counts as work."""
+        """The call's handler returned, or the call was cancelled (a task cancelled before its first step
+        never runs its ``finally``): its request no longer counts as work."""
         call.messages = []
         self._held -= call.held
         call.held = 0
         if call.working:
             call.working = False
             self._working -= 1
-            self._update_reading()
+            if self._reading_paused:  # (reading is paused while the connection is busy)
+                self._update_reading()
 
     def _expire(self, call: _Call) -> None:
         call.timed_out = True
@@ -696,6 +697,7 @@ class GrpcConnection(asyncio.Protocol):
         self._done(call, reset=False)
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
+            self._end_work(call)
         self._trailers_only(call.id, call.remote_closed, code, details)
 
     def _trailers_only(self, stream_id: int, remote_closed: bool, code: grpc.StatusCode, details: str) -> None:
@@ -718,6 +720,7 @@ class GrpcConnection(asyncio.Protocol):
         if call.task is not None and not call.task.done():
             call.task.cancel()
         call.task = None
+        self._end_work(call)
         if call.queue is not None:
             call.queue = None
 
