@@ -2,8 +2,9 @@
 
 ``python -m scripts.h2_attacks --port 8001 --pid PID``: each attack runs for a few seconds on its own
 connection to 127.0.0.1 while a normal client calls ``py_add_sub`` every 100 ms on another.  Per attack it
-reports the normal client's worst latency and timeouts, the GOAWAY code the attacker got (if any), and the
-server process's resident memory: at the start, at its peak, and a second after the attacker closed.
+reports the normal client's worst latency and timeouts, the GOAWAY code the attacker got (or "reset" /
+"closed" where the server ended a connection whose client did not read its GOAWAY), and the server
+process's resident memory: at the start, at its peak, and a second after the attacker closed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import contextlib
 import pathlib
 import socket
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -109,6 +111,7 @@ class Attacker:
         self.next_id = 1
         self.goaway: int | None = None
         self.closed = False
+        self.ended = ""  # how the server ended the connection, if it did: "closed" or "reset"
         settings = {f.INITIAL_WINDOW_SIZE: window} if window is not None else {}
         self.send(f.PREFACE + f.settings_frame(settings))
 
@@ -136,8 +139,10 @@ class Attacker:
             except TimeoutError:
                 continue
             except OSError:
+                self.ended = "reset"
                 break
             if not data:
+                self.ended = "closed"
                 break
             buffer += data
             while len(buffer) >= f.HEADER_BYTES:
@@ -268,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     thread = threading.Thread(target=normal.run, daemon=True)
     thread.start()
     time.sleep(1.0)
-    print(f"{'attack':24} {'worst ms':>9} {'calls':>6} {'timeouts':>8} {'errors':>6} {'goaway':>7} "
+    print(f"{'attack':24} {'p50 ms':>7} {'worst ms':>9} {'calls':>6} {'timeouts':>8} {'errors':>6} {'goaway':>7} "
           f"{'rss MiB start/peak/after':>25}")  # fmt: skip
     for attack in ATTACKS:
         if args.only and attack.name not in args.only:
@@ -287,10 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.5)
         after = _rss(args.pid)
         worst = max(normal.latencies, default=0.0) * 1000
-        goaway = "-" if attacker.goaway is None else str(attacker.goaway)
+        median = statistics.median(normal.latencies) * 1000 if normal.latencies else 0.0
+        goaway = attacker.ended or "-" if attacker.goaway is None else str(attacker.goaway)
         mib = 1 << 20
-        print(f"{attack.name:24} {worst:9.1f} {len(normal.latencies):6d} {normal.timeouts:8d} {normal.errors:6d} "
-              f"{goaway:>7} {start_rss / mib:9.0f}/{peak / mib:.0f}/{after / mib:.0f}", flush=True)  # fmt: skip
+        calls = f"{median:7.1f} {worst:9.1f} {len(normal.latencies):6d} {normal.timeouts:8d} {normal.errors:6d}"
+        rss = f"{start_rss / mib:9.0f}/{peak / mib:.0f}/{after / mib:.0f}"
+        print(f"{attack.name:24} {calls} {goaway:>7} {rss}", flush=True)
     normal.stop()
     thread.join(5)
     return 0
