@@ -4,12 +4,14 @@ Why our own frame codec: with the ``h2`` library's state machine the front end s
 framing than in the whole of our request path (docs/design/hosting.md).  gRPC needs a small part of
 HTTP/2 (no server push, no priorities, no upgrade), and a frame is a 9-byte header and a payload, so the
 codec is short.  HPACK stays with the ``hpack`` library; a client repeats the same header block on
-every call, so decoded blocks are cached for as long as the decoder's dynamic table is unchanged.
+every call, so decoded blocks are cached for as long as the decoder's dynamic table is unchanged.  Our
+own response headers and trailers go through one encoder per connection, as grpc-core sends them: the
+first answer adds them to the peer's dynamic table, and every later answer names them by index.
 """
 
 from __future__ import annotations
 
-from hpack import Decoder
+from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hpack.exceptions import HPACKError
 from hpack.hpack import encode_integer
 
@@ -32,6 +34,8 @@ DEFAULT_WINDOW = 65535
 DEFAULT_FRAME_SIZE = 16384
 MAX_WINDOW = (1 << 31) - 1
 _DECODE_CACHE_SIZE = 64
+_ENCODE_CACHE_SIZE = 64
+DEFAULT_TABLE_SIZE = 4096
 
 
 class ProtocolError(Exception):
@@ -135,3 +139,50 @@ class HeaderDecoder:
             self._cache.clear()
         self._cache[block] = headers
         return headers
+
+
+class HeaderEncoder:
+    """HPACK encoding through the dynamic table, with a cache of whole blocks valid while the table does
+    not change (a block that added nothing is the same bytes next time).  Values under ``NOT_INDEXED``
+    names vary per call (an error's text) and are never added, so they cannot evict the repeated ones."""
+
+    NOT_INDEXED = frozenset({b"grpc-message"})
+
+    def __init__(self) -> None:
+        self._encoder = Encoder()
+        self._cache: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}
+        self._changes = 0
+        table = self._encoder.header_table
+        add = table.add
+
+        def counted_add(name: bytes, value: bytes) -> None:
+            self._changes += 1
+            add(name, value)
+
+        table.add = counted_add  # type: ignore[method-assign]
+
+    def set_table_size(self, size: int) -> None:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE, the most it keeps: ours is that up to HPACK's default
+        4096 (nghttp2's encoder stops there too); the next block starts with a size update."""
+        self._encoder.header_table_size = min(size, DEFAULT_TABLE_SIZE)
+        self._cache.clear()
+
+    def encode(self, headers: tuple[tuple[bytes, bytes], ...]) -> bytes:
+        """The block for ``headers``; blocks must reach the peer in the order they were encoded."""
+        cached = self._cache.get(headers)
+        if cached is not None:
+            return cached
+        changes, pending = self._changes, self._encoder.table_size_changes
+        block = bytes(
+            self._encoder.encode(
+                [NeverIndexedHeaderTuple(n, v) if n in self.NOT_INDEXED else (n, v) for n, v in headers],
+                huffman=True,
+            )
+        )
+        if self._changes != changes or pending:
+            self._cache.clear()
+            return block
+        if len(self._cache) >= _ENCODE_CACHE_SIZE:
+            self._cache.clear()
+        self._cache[headers] = block
+        return block

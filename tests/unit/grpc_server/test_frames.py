@@ -53,3 +53,29 @@ def test_a_bad_block_is_a_compression_error() -> None:
     with pytest.raises(f.ProtocolError) as info:
         f.HeaderDecoder(65536).decode(b"\xff\xff\xff\xff")
     assert info.value.code == f.COMPRESSION_ERROR
+
+
+def test_response_headers_go_through_the_dynamic_table() -> None:
+    """As grpc-core sends them: the first answer adds the headers, later answers name them by index."""
+    encoder = f.HeaderEncoder()
+    decoder = hpack.Decoder()
+    headers = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+    trailers = ((b"grpc-status", b"0"),)
+    first = [encoder.encode(headers), encoder.encode(trailers)]
+    again = [encoder.encode(headers), encoder.encode(trailers)]
+    assert sum(map(len, again)) == 3 < sum(map(len, first))  # one byte per header
+    for block, expected in zip(first + again, [headers, trailers] * 2, strict=True):
+        assert decoder.decode(block, raw=True) == list(expected)
+
+
+def test_error_details_are_never_indexed_and_the_table_size_is_the_peers() -> None:
+    encoder = f.HeaderEncoder()
+    decoder = hpack.Decoder()
+    for i in range(50):
+        block = encoder.encode(((b"grpc-status", b"13"), (b"grpc-message", b"failure %d" % i)))
+        assert decoder.decode(block, raw=True) == [(b"grpc-status", b"13"), (b"grpc-message", b"failure %d" % i)]
+    assert [name for name, _ in decoder.header_table.dynamic_entries] == [b"grpc-status"]
+    encoder.set_table_size(0)  # the peer's SETTINGS_HEADER_TABLE_SIZE
+    block = encoder.encode(((b"grpc-status", b"0"),))
+    assert decoder.decode(block, raw=True) == [(b"grpc-status", b"0")]
+    assert len(decoder.header_table.dynamic_entries) == 0
