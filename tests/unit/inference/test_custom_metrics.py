@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from serve_app.inference import custom_metrics
 from serve_app.inference.custom_metrics import (
     COUNTER,
     GAUGE,
@@ -63,9 +64,11 @@ def snapshot_of(registry: Registry, taken: float) -> Snapshot:
     return Snapshot(snap.source, taken, snap.families)
 
 
-def test_a_gateway_merges_the_processes_as_one_family_per_name() -> None:
+def test_a_gateway_merges_the_processes_as_one_family_per_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """Counters add up over the processes, a gauge shows the value set last, histograms add up bucket by bucket;
     labels in name order, as Triton's exporter writes them."""
+    # render() also reads this process's own registry: an empty one, whatever earlier tests' models declared
+    monkeypatch.setattr(custom_metrics, "REGISTRY", Registry())
     first, second = Registry(), Registry()
     for registry, (count, gauge) in ((first, (3, 10)), (second, (4, 20))):
         registry.family("requests_total", "Requests seen", COUNTER)
