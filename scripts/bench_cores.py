@@ -6,7 +6,7 @@ the same models and the same cores, in one bounded run.
     python -m scripts.bench_cores --triton DIR [--only triton]   # Triton's rows (DIR: triton.tar.xz unpacked)
     python -m scripts.bench_cores --dry-run                      # the steps, short, on any machine
 
-The yardstick's models (``../shared/bench/triton``): ``py_add_sub`` (Triton's Python add_sub, FP32 [16],
+The yardstick's models (the Triton side-by-side's): ``py_add_sub`` (Triton's Python add_sub, FP32 [16],
 ``max_batch_size: 8``, one CPU instance), ``py_add_sub_db`` (the same with ``dynamic_batching``) and
 serve_app's ONNX ``add_sub``. The load generator's processes run on the last ``--client-cpus`` cores and
 the server on the others (``sched_setaffinity``, as ``taskset`` does), so the two don't share a core.
