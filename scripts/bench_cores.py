@@ -21,9 +21,11 @@ import argparse
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -83,8 +85,28 @@ def measure(row: Row, port: int, args: argparse.Namespace, clients: list[int]) -
           f"{'  ' + row.error if row.error else ''}", flush=True)  # fmt: skip
 
 
-def pinned(cmd_cpus: list[int]) -> None:
-    os.sched_setaffinity(0, set(cmd_cpus))
+def serve_rows(
+    start: Callable[[], subprocess.Popen[bytes]],
+    stop: Callable[[subprocess.Popen[bytes]], None],
+    rows: list[Row],
+    ports: tuple[int, int, int],
+    cores: list[int],
+    clients: list[int],
+    args: argparse.Namespace,
+) -> None:
+    """Start a server on ``cores`` (it and every process it starts inherit them), measure ``rows`` from the
+    ``clients`` cores, stop it."""
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(cores))
+    try:
+        proc = start()
+    finally:
+        os.sched_setaffinity(0, own)
+    try:
+        for row in rows:
+            measure(row, ports[0] if row.protocol == "http" else ports[1], args, clients)
+    finally:
+        stop(proc)
 
 
 def run_serve_app(gateways: int, repo: pathlib.Path, args: argparse.Namespace, log_dir: pathlib.Path) -> list[Row]:
@@ -98,17 +120,8 @@ def run_serve_app(gateways: int, repo: pathlib.Path, args: argparse.Namespace, l
     ports = (free_port(), free_port(), free_port())
     extra = ["--gateway-replicas", str(gateways), "--num-cpus", str(len(cores)),
              "--object-store-memory", str(512 * 2**20)]  # fmt: skip
-    own = os.sched_getaffinity(0)
-    pinned(cores)  # the server and Ray's processes inherit the server's cores
-    try:
-        proc = start_server(repo, ports, log_dir / f"server-cores-g{gateways}.log", extra)
-    finally:
-        os.sched_setaffinity(0, own)
-    try:
-        for row in rows:
-            measure(row, ports[0] if row.protocol == "http" else ports[1], args, clients)
-    finally:
-        stop_server(proc)
+    log = log_dir / f"server-cores-g{gateways}.log"
+    serve_rows(lambda: start_server(repo, ports, log, extra), stop_server, rows, ports, cores, clients, args)
     return rows
 
 
@@ -123,17 +136,8 @@ def run_triton(triton: pathlib.Path, repo: pathlib.Path, args: argparse.Namespac
         if not (py_repo / m).exists():
             (py_repo / m).symlink_to(repo / m)
     ports = (free_port(), free_port(), free_port())
-    own = os.sched_getaffinity(0)
-    pinned(cores)
-    try:
-        proc = start_triton(triton, py_repo, ports, log_dir / "server-cores-triton.log")
-    finally:
-        os.sched_setaffinity(0, own)
-    try:
-        for row in rows:
-            measure(row, ports[0] if row.protocol == "http" else ports[1], args, clients)
-    finally:
-        stop_triton(proc)
+    log = log_dir / "server-cores-triton.log"
+    serve_rows(lambda: start_triton(triton, py_repo, ports, log), stop_triton, rows, ports, cores, clients, args)
     return rows
 
 

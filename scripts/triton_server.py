@@ -20,6 +20,7 @@ import time
 import urllib.request
 
 READY_S = 180.0
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 def python_for_stub() -> tuple[str, str]:
@@ -48,6 +49,10 @@ def start_triton(
         p for p in (str(triton / "libs"), libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p
     )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("SERVE_APP_TRITON_PYTHONPATH", ""), paths) if p)
+    # The embedded Python finds its standard library from the first python3 on PATH: a virtualenv's or pyenv's
+    # there, beside the system's libpython, answered wrong sizes. Only the Python whose library it loads.
+    env["PATH"] = os.pathsep.join([*([f"{sys.base_prefix}/bin"] if libdir else []), *SYSTEM_PATH])
+    env.pop("VIRTUAL_ENV", None)
     http, grpc, metrics = ports
     cmd = [str(triton / "tritonserver" / "bin" / "tritonserver"), "--model-repository", str(repo),
            "--backend-directory", str(triton / "tritonserver" / "backends"), "--http-port", str(http),
