@@ -25,6 +25,10 @@ class InstanceLoad:
     kind: str  # KIND_CPU | KIND_GPU | KIND_MODEL
     spec: InstanceSpec = field(default_factory=lambda: InstanceSpec(""))
     count: int = 1
+    nodes: tuple[str, ...] = ()  # the addresses of the nodes whose hosts hold it (none: every host of the pool)
+
+    def held_on(self, node: str) -> bool:
+        return not self.nodes or node in self.nodes
 
     @property
     def group(self) -> int:

@@ -21,6 +21,12 @@ def live_nodes() -> int:
     return sum(1 for n in ray.nodes() if n.get("Alive")) if ray.is_initialized() else 0
 
 
+def cpu_nodes() -> list[str]:
+    """The addresses of the live nodes with CPUs (where a pool of CPU hosts puts one host each)."""
+    alive = (n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+    return sorted({str(n["NodeManagerAddress"]) for n in alive})
+
+
 def wait_for_gpus(settings: ServerSettings, report: Any = print, poll_s: float = 2.0) -> ClusterGpus:
     """The cluster's GPUs once at least ``settings.wait_for_gpus`` have joined (or the wait ran out)."""
     gpus = cluster_gpus(settings.gpu_resource_prefix)

@@ -206,6 +206,10 @@ class Gateway(StopsOnShutdown):
     async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:
         return await self.hosting.apply(revision, loads) if self.hosting is not None else {}
 
+    async def host_node(self) -> str:
+        """The node whose instances this gateway holds ("" when it holds none)."""
+        return self.hosting.node if self.hosting is not None else ""
+
     async def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int, str]]:
         return self.hosting.targets(label, generation, sequences) if self.hosting is not None else []
 

@@ -29,6 +29,9 @@ class HostReplica(StopsOnShutdown):
     async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:
         return await self.hosting.apply(revision, loads)
 
+    async def host_node(self) -> str:
+        return self.hosting.node
+
     async def targets(self, label: str, generation: int, sequences: bool = False) -> list[tuple[str, str, int, str]]:
         return self.hosting.targets(label, generation, sequences)
 

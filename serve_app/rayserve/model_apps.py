@@ -16,6 +16,7 @@ from serve_app.backends.python.environment import pip_requirements
 from serve_app.hosting import InstanceHost, InstanceLoad
 from serve_app.observability import python_logging
 from serve_app.placement import (
+    KIND_CPU,
     ClusterGpus,
     HostPool,
     PlacedGroup,
@@ -67,6 +68,7 @@ class ModelApps:
     sequence_models: list[SequenceModelSpec] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # model -> why it can't be deployed
     messages: list[str] = field(default_factory=list)
+    on_node: dict[str, str] = field(default_factory=dict)  # model -> the one node (address) its instances run on
 
     def group_models(self) -> list[tuple[str, str]]:
         """(group id, model) of each instance group placed in shared hosts."""
@@ -94,12 +96,23 @@ def plan_model_apps(
     token: bytes,
     autoscaling: Mapping[str, AutoscalingSpec | None],
     pool_app: Callable[[HostPool], str] = lambda pool: pool.deployment,
+    nodes: Mapping[str, str] | None = None,
 ) -> ModelApps:
     """Applications and host content for ``sources`` (each at its generation) on a cluster with ``gpus``:
     :func:`~serve_app.placement.plan_placement`'s plan, bound.  ``pool_app``: the Serve application of a
-    host pool."""
+    host pool; ``nodes``: models to run on one node (its address) where they can (see :func:`one_node`)."""
     plan = plan_placement(sources, generations, settings, gpus, autoscaling, pool_app)
-    return model_apps(plan, sources, settings, token, autoscaling)
+    return model_apps(plan, sources, settings, token, autoscaling, nodes or {})
+
+
+def one_node(version: VersionPlan, scaling: AutoscalingSpec | None) -> bool:
+    """Whether a model version's instances can all run on one node of the planner's choosing: CPU instances
+    in shared hosts (each node has one) or in processes of their own (Ray's ``node:<address>`` resource
+    puts them there), not autoscaled (Serve places those); an ensemble has none."""
+    for placed in version.groups:
+        if placed.group.kind != KIND_CPU or placed.autoscaled or scaling is not None:
+            return False
+    return True
 
 
 def model_apps(
@@ -108,25 +121,37 @@ def model_apps(
     settings: ServerSettings,
     token: bytes,
     autoscaling: Mapping[str, AutoscalingSpec | None],
+    nodes: Mapping[str, str] | None = None,
 ) -> ModelApps:
-    """What Serve runs for ``plan``: each dedicated group's application, each hosted group's load."""
+    """What Serve runs for ``plan``: each dedicated group's application, each hosted group's load (``nodes``:
+    the models to run on one node, where :func:`one_node` allows)."""
     out = ModelApps(failed=dict(plan.failed), messages=list(plan.messages))
+    nodes = nodes or {}
     for version in plan.versions:
         key, source = version.key, sources[version.key.name]
         config_bytes = source.config.SerializeToString()
         refs: list[DeploymentRef] = []
+        node = nodes.get(key.name) if one_node(version, autoscaling.get(key.name)) else None
+        if node is not None:
+            out.on_node[key.name] = node
         for placed in version.groups:
             group = placed.group
             if placed.pool is not None:
                 load = InstanceLoad(
-                    key, config_bytes, str(version.model_file), group.kind, instance_spec(group), placed.per_host
+                    key,
+                    config_bytes,
+                    str(version.model_file),
+                    group.kind,
+                    instance_spec(group),
+                    placed.per_host,
+                    (node,) if node else (),
                 )
                 out.hosted.setdefault(placed.pool.name, []).append(load)
                 out.pools[placed.pool.name] = placed.pool
                 refs.append(DeploymentRef(placed.app, placed.deployment, placed.instances, hosted=True))
                 continue
             scaling = autoscaling.get(key.name)
-            out.apps[placed.app] = _replica(version, placed, config_bytes, settings, token, scaling)
+            out.apps[placed.app] = _replica(version, placed, config_bytes, settings, token, scaling, node)
             refs.append(DeploymentRef(placed.app, placed.deployment, placed.instances, placed.autoscaled))
         labels = tuple(source.labels.items())
         out.served.append(
@@ -146,8 +171,9 @@ def _replica(
     settings: ServerSettings,
     token: bytes,
     scaling: AutoscalingSpec | None,
+    node: str | None = None,
 ) -> Any:
-    """A dedicated group's deployment, bound (one replica per instance)."""
+    """A dedicated group's deployment, bound (one replica per instance; on ``node``'s address if given)."""
     from ray import serve
 
     from serve_app.rayserve.model_replica import ModelReplica
@@ -155,6 +181,9 @@ def _replica(
     key, group = version.key, placed.group
     pip = pip_requirements(version.model_file.parent.parent)
     options = replica_options(group, settings, scaling, version.sequence, pip)
+    if node:  # Ray's own resource of each node, 1.0 of it: a token share of it holds the replica there
+        resources = options["ray_actor_options"].setdefault("resources", {})
+        resources[f"node:{node}"] = NODE_SHARE
     return (
         serve.deployment(ModelReplica)
         .options(name=placed.deployment, **options)
@@ -170,6 +199,9 @@ def _replica(
             settings.app_name,
         )
     )
+
+
+NODE_SHARE = 0.001  # of a node's ``node:<address>`` resource, per replica placed on it
 
 
 def pool_options(pool: HostPool, settings: ServerSettings) -> dict[str, Any]:

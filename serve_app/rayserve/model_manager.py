@@ -34,7 +34,7 @@ from serve_app.observability.log_settings import LogSettings
 from serve_app.observability.trace_settings import NewSetting
 from serve_app.placement import ClusterGpus
 from serve_app.placement.pools import pool_rollout, started_pools
-from serve_app.rayserve.cluster import wait_for_gpus
+from serve_app.rayserve.cluster import cpu_nodes, wait_for_gpus
 from serve_app.rayserve.console import failed_line, loaded_line, models_logger, quiet_router, unloaded_line
 from serve_app.rayserve.diagnostics import DiagnosticsOwner, Record
 from serve_app.rayserve.model_apps import ModelApps, plan_model_apps, pool_options
@@ -88,6 +88,7 @@ class ModelManager(StopsOnShutdown):
         # Models load on their first request (and the least recently used make room): see on_demand.py.
         self._on_demand = OnDemand(self, settings, self._gateway_usage) if settings.load_on_demand else None
         self._demanding = False  # the models loading now were asked for by requests, not by the operator
+        self._placing: dict[str, str] = {}  # the models loading now on demand -> the node they go to
         self._scaling_overrides: dict[str, dict[str, Any]] = (
             load_override_file(settings.autoscaling_file) if settings.autoscaling_file else {}
         )
@@ -189,11 +190,13 @@ class ModelManager(StopsOnShutdown):
         """Load (or reload) ``name``; returns once it serves, or raises why it doesn't."""
         async with self._lock:
             plan = self.control.prepare_load(name, config_json, dict(files or {}))
+            if self._on_demand is not None and self.control.is_explicit(name):
+                self._on_demand.residency.pin(name)  # the operator's model now: never evicted, on every node
             failures = await self._load_models(dict(plan.sources)) if plan.sources else {}
             if plan.unload:  # ensembles the reload left without the steps they need
                 await self._remove(list(plan.unload), reason="unloaded")
             if self._on_demand is not None and self.control.is_explicit(name):
-                self._on_demand.residency.pin(name)  # the operator's model now: never evicted
+                self._on_demand.residency.pin(name)
         if name in failures:
             raise _load_error(name, failures[name])
 
@@ -209,11 +212,15 @@ class ModelManager(StopsOnShutdown):
             raise unknown_model(name)
         await self._on_demand.demand(name)
 
-    async def demand_load(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
-        """Load ``names`` (and their steps) for the requests waiting for them; returns the models that failed
-        (and why) and those that loaded.  The caller holds the lock."""
+    async def demand_load(
+        self, names: list[str], nodes: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, str], list[str]]:
+        """Load ``names`` (and their steps) for the requests waiting for them, each on its node in ``nodes``
+        (absent: on every node); returns the models that failed (and why) and those that loaded.  The caller
+        holds the lock."""
         sources: dict[str, ModelSource] = {}
         failures: dict[str, str] = {}
+        placing: dict[str, str] = {}
         for name in names:
             try:
                 plan = self.control.prepare_demand(name)
@@ -223,11 +230,15 @@ class ModelManager(StopsOnShutdown):
                 self._books.load_failed(name, failures[name])
                 continue
             sources.update(plan.sources)
+            if nodes and name in nodes:
+                placing.update(dict.fromkeys(plan.sources, nodes[name]))  # its steps go with it
         self._demanding = True
+        self._placing = placing
         try:
             failures.update(await self._load_models(sources) if sources else {})
         finally:
             self._demanding = False
+            self._placing = {}
         if failures:  # the gateways learn why (a request after the wait resolves it there)
             await self._publish([])
         return failures, [n for n in sources if n not in failures]
@@ -242,6 +253,18 @@ class ModelManager(StopsOnShutdown):
 
     async def on_demand_stats(self) -> OnDemandStats:
         return self._on_demand.stats if self._on_demand is not None else OnDemandStats()
+
+    async def host_nodes(self) -> list[str]:
+        """The nodes a model loaded on demand can go to, each with a budget of its own: those of the hosts of
+        the CPU instances (none when they are not known)."""
+        if self.settings.cpu_instances_in_gateway:
+            nodes = await self._pools.nodes_of("gateway", self.settings.app_name)
+        elif "cpu" in self._pools.deployed:
+            pool = self._pools.deployed["cpu"]
+            nodes = await self._pools.nodes_of(pool.deployment, self._pools.app_name(pool))
+        else:  # no CPU host runs yet: they will, one on each node with CPUs
+            nodes = await asyncio.to_thread(cpu_nodes)
+        return nodes
 
     async def _gateway_usage(self) -> dict[str, Usage]:
         try:
@@ -297,7 +320,14 @@ class ModelManager(StopsOnShutdown):
             self._next_generation += 1
             generations[name] = self._next_generation
         plan = plan_model_apps(
-            sources, generations, self.settings, self._gpus, self._token, scaling, self._pools.app_name
+            sources,
+            generations,
+            self.settings,
+            self._gpus,
+            self._token,
+            scaling,
+            self._pools.app_name,
+            self._on_one_node(sources),
         )
         for message in plan.messages:
             logger.info(message)
@@ -340,9 +370,21 @@ class ModelManager(StopsOnShutdown):
                 models_log.info(loaded_line(name, _versions(books.served[name])))
             self.control.loaded(name, source)
             if self._on_demand is not None:
-                self._on_demand.residency.loaded(name, pinned=not self._demanding)
+                where = [plan.on_node[name]] if name in plan.on_node else None
+                self._on_demand.residency.loaded(name, pinned=not self._demanding, nodes=where)
         await self._publish(stale.apps, stale.groups)
         return failures
+
+    def _on_one_node(self, sources: Mapping[str, ModelSource]) -> dict[str, str]:
+        """The models of ``sources`` that go to one node: those loading on demand now, and those it placed
+        before (a reload keeps its node)."""
+        out = {name: self._placing[name] for name in sources if name in self._placing}
+        if self._on_demand is not None:
+            for name in sources:
+                nodes = self._on_demand.residency.nodes_of(name)
+                if name not in out and nodes is not None and len(nodes) == 1:
+                    out[name] = next(iter(nodes))
+        return out
 
     def _checked(
         self, sources: dict[str, ModelSource]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from serve_app.errors import NotFound, Unavailable
@@ -21,6 +21,8 @@ from serve_app.settings import ServerSettings
 from serve_app.stats.on_demand import OnDemandStats
 
 logger = logging.getLogger("ray.serve")
+
+NODES_TTL_S = 2.0  # how long the list of nodes with hosts is trusted (nodes join and leave)
 
 
 def unknown_model(name: str) -> NotFound:
@@ -41,7 +43,11 @@ class Manager(Protocol):
     @property
     def lock(self) -> asyncio.Lock: ...
 
-    async def demand_load(self, names: list[str]) -> tuple[dict[str, str], list[str]]: ...
+    async def demand_load(
+        self, names: list[str], nodes: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, str], list[str]]: ...
+
+    async def host_nodes(self) -> list[str]: ...
 
     async def evict(self, names: list[str]) -> None: ...
 
@@ -62,6 +68,7 @@ class OnDemand:
         self._waiting: dict[str, asyncio.Future[None]] = {}  # in the order asked
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._nodes: tuple[float, list[str]] = (-NODES_TTL_S, [])  # when asked, the nodes with hosts then
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -125,10 +132,15 @@ class OnDemand:
             return None
         manager = self._manager
         usage = await self._usage() if self.residency.budget > 0 else {}
+        nodes = await self._host_nodes() if self.residency.budget > 0 else []
         async with manager.lock:
             control = manager.control
+            stranded = self.residency.stranded(nodes) if nodes else []
+            if stranded:
+                logger.info("unloading %s: the nodes they were loaded on left", ", ".join(stranded))
+                await manager.evict(stranded)
             waiting = [(n, self._slots(n)) for n in self._waiting]
-            admission = self.residency.admit(waiting, usage, control.users())
+            admission = self.residency.admit(waiting, usage, control.users(), nodes=nodes if len(nodes) > 1 else ())
             if admission.evict:
                 logger.info("unloading %s to make room for %s", ", ".join(admission.evict), ", ".join(admission.load))
                 await manager.evict(admission.evict)
@@ -136,7 +148,7 @@ class OnDemand:
                     self.stats.of(name).evictions += 1
             if admission.load:
                 start = time.monotonic()
-                failures, loaded = await manager.demand_load(admission.load)
+                failures, loaded = await manager.demand_load(admission.load, admission.nodes)
                 took = time.monotonic() - start
                 for name in loaded:
                     self.stats.record_load(name, took)
@@ -156,6 +168,14 @@ class OnDemand:
         if admission.load or admission.retry_at is None:  # the loads are done: the next ones may go now
             return 0.0
         return max(0.0, admission.retry_at - self.residency.clock())
+
+    async def _host_nodes(self) -> list[str]:
+        at, nodes = self._nodes
+        if time.monotonic() - at < NODES_TTL_S:
+            return nodes
+        nodes = await self._manager.host_nodes()
+        self._nodes = (time.monotonic(), nodes)
+        return nodes
 
     def _slots(self, name: str) -> int:
         """How many models loading ``name`` adds: itself and its steps (transitively) not loaded yet."""

@@ -90,7 +90,20 @@ class PoolContent:
                     if reply.get(gid):
                         errors[gid] = reply[gid]
                         break
+                if load.nodes and replies and not any(gid in reply for reply in replies):
+                    errors[gid] = f"no host of pool '{pool}' on node {', '.join(load.nodes)} took it"
         return errors
+
+    async def nodes_of(self, deployment: str, app: str) -> list[str]:
+        """The addresses of the nodes the running hosts of a pool (its deployment and application) are on (none
+        known: an empty list)."""
+        try:
+            handle = serve.get_deployment_handle(deployment, app)
+            answers = await handle.broadcast("host_node").results_async(return_exceptions=True)
+        except Exception as exc:
+            logger.info("the nodes of %s's hosts are not known: %s", deployment, exc)
+            return []
+        return sorted({a for a in answers if isinstance(a, str) and a})
 
     async def remove(self, group_ids: set[str], timeout_s: float) -> None:
         """Take groups out of their pools; returns once the hosts have stopped their instances."""

@@ -55,6 +55,11 @@ class SharedHost:
         self._token = token
         self._node = ray.get_runtime_context().get_node_id()
 
+    @property
+    def node(self) -> str:
+        """The address of the node this host runs on (loads placed on one node name it)."""
+        return self.address[0]
+
     def follow(self) -> None:
         """Keep up with the pool's content from now on (a long poll on the manager)."""
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -64,10 +69,11 @@ class SharedHost:
         return self._watcher is not None and not self._watcher.done()
 
     async def apply(self, revision: int, loads: tuple[InstanceLoad, ...]) -> dict[str, str]:
-        """Hold ``loads`` (if ``revision`` is newer than what is held); each group's load error ("": loaded)."""
+        """Hold ``loads`` meant for this node (if ``revision`` is newer than what is held); each held group's
+        load error ("": loaded)."""
         async with self._applying:
             if revision > self.revision:
-                self._statuses = await self.host.apply(list(loads))
+                self._statuses = await self.host.apply([load for load in loads if load.held_on(self.node)])
                 self.revision = revision
             return dict(self._statuses)
 

@@ -22,15 +22,22 @@ Rules:
 * loads are admitted in the order they were asked for, at most
   ``max_loads`` at once; a load that finds no room waits (its wait is
   bounded by the caller), and the ones behind it wait too.
+
+Across a cluster the budget holds per node: a model loaded on demand goes to
+one node, the one with the most room left; where no node has room, to the
+node whose least recently used evictable model was used longest ago (that
+model makes room).  A model that runs on every node (the operator's, or one
+in processes of its own that Serve places) counts on every node, and
+evicting it frees a slot on each.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-DEFAULT_NODE = ""
+DEFAULT_NODE = ""  # the one node of a residency that is given no nodes
 RETRY_S = 0.5  # how soon to ask again when room depends on requests finishing (nobody says when)
 
 
@@ -45,20 +52,25 @@ class Usage:
 
 @dataclass(slots=True)
 class _Resident:
-    node: str
+    nodes: frozenset[str] | None  # None: on every node
     loaded_at: float
     last_used: float
     pinned: bool
+
+    def on(self, node: str) -> bool:
+        return self.nodes is None or node in self.nodes
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
     """``evict`` first (LRU first, each with the ensembles that go with it), then ``load``; ask again at
-    ``retry_at`` (the clock's time) for the models still waiting, None when none is."""
+    ``retry_at`` (the clock's time) for the models still waiting, None when none is.  ``nodes``: the node
+    each loaded model goes to, when the residency was given nodes to choose from."""
 
     load: list[str] = field(default_factory=list)
     evict: list[str] = field(default_factory=list)
     retry_at: float | None = None
+    nodes: dict[str, str] = field(default_factory=dict)
 
 
 class Residency:
@@ -78,19 +90,33 @@ class Residency:
         self._models: dict[str, _Resident] = {}
 
     # -- what the manager reports -------------------------------------------------------------
-    def loaded(self, name: str, pinned: bool, node: str = DEFAULT_NODE) -> None:
-        """``name`` now serves; a reload (poll saw its directory change) keeps whose it is (see :meth:`pin`)."""
+    def loaded(self, name: str, pinned: bool, nodes: Iterable[str] | None = None) -> None:
+        """``name`` now serves, on ``nodes`` (None: on every node); a reload (poll saw its directory change)
+        keeps whose it is (see :meth:`pin`)."""
         now = self.clock()
+        where = None if nodes is None else frozenset(nodes)
         old = self._models.get(name)
         if old is not None:
             old.loaded_at = now
+            old.nodes = where
             return
-        self._models[name] = _Resident(node, now, now, pinned)
+        self._models[name] = _Resident(where, now, now, pinned)
 
     def pin(self, name: str) -> None:
-        """The operator loaded ``name``: it is never evicted."""
+        """The operator loaded ``name``: it is never evicted (and it runs on every node)."""
         if name in self._models:
             self._models[name].pinned = True
+            self._models[name].nodes = None
+
+    def stranded(self, live: Collection[str]) -> list[str]:
+        """The models loaded on demand whose nodes all left the cluster (to unload: a request loads them again
+        where there is room)."""
+        return [n for n, r in self._models.items() if not r.pinned and r.nodes is not None and not r.nodes & set(live)]
+
+    def nodes_of(self, name: str) -> frozenset[str] | None:
+        """Where ``name`` runs (None: on every node, or not loaded)."""
+        record = self._models.get(name)
+        return None if record is None else record.nodes
 
     def unloaded(self, name: str) -> None:
         self._models.pop(name, None)
@@ -103,9 +129,10 @@ class Residency:
     def is_loaded(self, name: str) -> bool:
         return name in self._models
 
-    def counted(self, node: str = DEFAULT_NODE) -> int:
-        """The models ``node`` holds, pinned ones included (what its budget counts)."""
-        return sum(1 for r in self._models.values() if r.node == node)
+    def counted(self, node: str = DEFAULT_NODE, gone: Iterable[str] = ()) -> int:
+        """The models ``node`` holds, pinned ones included (what its budget counts), less ``gone``."""
+        skip = set(gone)
+        return sum(1 for n, r in self._models.items() if r.on(node) and n not in skip)
 
     # -- the decision ---------------------------------------------------------------------------
     def admit(
@@ -114,52 +141,89 @@ class Residency:
         usage: Mapping[str, Usage],
         users: Mapping[str, Iterable[str]] | None = None,
         loading: int = 0,
-        node: str = DEFAULT_NODE,
+        nodes: Sequence[str] = (),
     ) -> Admission:
         """Which of ``waiting`` (model, slots its load takes: itself and its steps not loaded yet; in the order
-        asked) load now on ``node``, and what to evict first.  ``usage``: the gateways' view by model;
-        ``users``: step -> the loaded ensembles that use it; ``loading``: loads already under way."""
+        asked) load now, where, and what to evict first.  ``usage``: the gateways' view by model; ``users``:
+        step -> the loaded ensembles that use it; ``loading``: loads already under way (counted on every
+        node); ``nodes``: where models can go (none given: one node)."""
         now = self.clock()
         users = users or {}
+        candidates = list(nodes) or [DEFAULT_NODE]
         load: list[str] = []
         evict: list[str] = []
-        used = self.counted(node) + loading
-        free = None if self.budget <= 0 else self.budget - used
-        order = self._lru(node, usage)
+        placed: dict[str, str] = {}
+        planned: dict[str, int] = dict.fromkeys(candidates, loading)  # slots taken by loads admitted here
         retry_at: float | None = None
         gone: set[str] = set()
         for name, slots in waiting:
             if loading + len(load) >= self.max_loads:
                 retry_at = now + RETRY_S
                 break
-            if free is not None:
+            if self.budget <= 0:
+                node = min(candidates, key=lambda n: (planned[n] + self.counted(n), candidates.index(n)))
                 picked: list[str] = []
-                while free + len(picked) < slots:
-                    victim = self._victim(order, usage, users, gone, now)
-                    if victim is None:
-                        break
-                    going = [victim, *self._cascade(victim, users, gone)]
-                    gone.update(going)
-                    picked += going
-                if free + len(picked) < slots:  # not enough room even so: evict nothing for it
-                    gone.difference_update(picked)
-                    retry_at = self._next_chance(order, usage, users, gone, now)
+            else:
+                choice = self._place(candidates, slots, planned, usage, users, gone, now)
+                if choice is None:  # no node has room, even evicting: wait (and those behind it too)
+                    retry_at = min(self._next_chance(self._lru(n, usage), usage, users, gone, now) for n in candidates)
                     break
-                evict += picked
-                free += len(picked) - slots
+                node, picked = choice
+            gone.update(picked)
+            evict += picked
+            planned[node] += slots
             load.append(name)
-        return Admission(load, evict, retry_at)
+            if nodes:
+                placed[name] = node
+        return Admission(load, evict, retry_at, placed)
+
+    def _place(
+        self,
+        candidates: list[str],
+        slots: int,
+        planned: Mapping[str, int],
+        usage: Mapping[str, Usage],
+        users: Mapping[str, Iterable[str]],
+        gone: set[str],
+        now: float,
+    ) -> tuple[str, list[str]] | None:
+        """The node a load of ``slots`` goes to, and what to evict there first: the node with the most room
+        left, else the one whose first victim was used longest ago; None when no node can make room."""
+        free = {n: self.budget - self.counted(n, gone) - planned[n] for n in candidates}
+        roomy = max(candidates, key=lambda n: (free[n], -candidates.index(n)))
+        if free[roomy] >= slots:
+            return roomy, []
+        best: tuple[tuple[float, int], str, list[str]] | None = None
+        for node in candidates:
+            order = self._lru(node, usage)
+            taken = set(gone)
+            picked: list[str] = []
+            freed = 0
+            while free[node] + freed < slots:
+                victim = self._victim(order, usage, users, taken, now)
+                if victim is None:
+                    break
+                going = [victim, *self._cascade(victim, users, taken)]
+                taken.update(going)
+                picked += going
+                freed += sum(1 for g in going if self._models[g].on(node))
+            if free[node] + freed < slots:
+                continue
+            rank = (self._last(picked[0], usage), candidates.index(node))
+            if best is None or rank < best[0]:
+                best = (rank, node, picked)
+        return None if best is None else (best[1], best[2])
+
+    def _last(self, name: str, usage: Mapping[str, Usage]) -> float:
+        """When ``name`` was last used, as the gateways or the residency saw it (its load, if never)."""
+        seen = usage.get(name, Usage()).last_used
+        mine = self._models[name].last_used
+        return mine if seen is None else max(seen, mine)
 
     def _lru(self, node: str, usage: Mapping[str, Usage]) -> list[str]:
         """The models on ``node`` loaded on demand, least recently used first."""
-
-        def last(name: str) -> float:
-            seen = usage.get(name, Usage()).last_used
-            mine = self._models[name].last_used
-            return mine if seen is None else max(seen, mine)
-
-        mine = [n for n, r in self._models.items() if r.node == node and not r.pinned]
-        return sorted(mine, key=lambda n: (last(n), n))
+        mine = [n for n, r in self._models.items() if r.on(node) and not r.pinned]
+        return sorted(mine, key=lambda n: (self._last(n, usage), n))
 
     def _idle(self, name: str, usage: Mapping[str, Usage]) -> bool:
         seen = usage.get(name, Usage())

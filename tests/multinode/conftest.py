@@ -177,7 +177,8 @@ def _start(cluster: MultiNode) -> None:
         sys.executable, "-m", "serve_app", "--address", f"{cluster.head.address}:{RAY_PORT}",
         "--model-repository", str(cluster.repo), "--gateway-replicas", str(len(cluster.nodes)),
         "--model-control-mode", "explicit", *[a for m in models.LOADED for a in ("--load-model", m)],
-        "--allow-client-shm",
+        "--allow-client-shm", "--load-on-demand", "--max-loaded-models-per-node", str(models.BUDGET),
+        "--on-demand-min-resident-s", "0",
     ]  # fmt: skip
     env = dict(cluster.env, RAY_TMPDIR=str(cluster.node_tmp(cluster.head)))
     driver = cluster.net.popen(cluster.head, cmd, str(cluster.driver_log), env)

@@ -11,7 +11,14 @@ seq_oldest     oldest, KIND_CPU count 1               1 in each gateway; running
 py_add_sub     Python, KIND_CPU count 1               one replica in the cluster
 py_bls         Python, KIND_GPU count 1 gpus [ 0 ]    one replica on each GPU node; runs py_add_sub (BLS)
 late           KIND_CPU count 1                       not loaded at start (model control tests)
+lazy_py_<i>    Python, KIND_CPU count 1               loaded on its first request, on one node; answers
+                                                      its node's address
+lazy_add_<i>   KIND_CPU count 1                       loaded on its first request, in one node's gateway
 =============  =====================================  ============================================
+
+The server loads on demand with a budget of ``BUDGET`` models per node: the
+``LOADED`` models count on every node, which leaves each node
+``ON_DEMAND_SLOTS`` models loaded on demand.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ from scripts import example_models, python_models
 from tests.e2e import sequence_models
 
 LOADED = ("add_sub", "where_cpu", "where_gpu", "seq_accum", "seq_oldest", "py_add_sub", "py_bls")
+ON_DEMAND_SLOTS = 2
+BUDGET = len(LOADED) + ON_DEMAND_SLOTS
+LAZY_PY = tuple(f"lazy_py_{i}" for i in range(5))
+LAZY_ADD = tuple(f"lazy_add_{i}" for i in range(5))
 
 # The address this process has on the node's network (the namespace's eth0): the one it uses to reach the head.
 WHERE_PY = """
@@ -70,3 +81,7 @@ def build(repo: pathlib.Path, head: str) -> None:
     with open(bls / "config.pbtxt", "a") as config:
         config.write("instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]\n")
     example_models.add_sub(repo, name="late", extra_config="instance_group [ { kind: KIND_CPU count: 1 } ]\n")
+    for name in LAZY_PY:
+        where(repo, name, "{ kind: KIND_CPU count: 1 }", head)
+    for name in LAZY_ADD:
+        example_models.add_sub(repo, name=name, extra_config="instance_group [ { kind: KIND_CPU count: 1 } ]\n")

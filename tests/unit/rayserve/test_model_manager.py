@@ -329,6 +329,27 @@ def test_plan_serves_an_ensemble_without_applications(repo: pathlib.Path) -> Non
     assert out.messages == ["model 'ens' version 1: ensemble of add_sub"]
 
 
+def test_models_loaded_on_demand_run_on_one_node(repo: pathlib.Path) -> None:
+    cpu = "instance_group [ { kind: KIND_CPU } ]\n"
+    own = 'parameters { key: "dedicated_process" value: { string_value: "true" } }'
+    example_models.add_sub(repo, name="cpu", dims=DIMS, extra_config=cpu)
+    example_models.add_sub(repo, name="own", dims=DIMS, extra_config=cpu + own)
+    example_models.add_sub(repo, name="gpu", dims=DIMS, extra_config="instance_group [ { kind: KIND_GPU } ]")
+    names = ("cpu", "ens", "own", "gpu")
+    sources = {n: ModelRepository(repo).load(n) for n in names}
+    generations = {n: i for i, n in enumerate(names)}
+    nodes = {"cpu": "10.0.0.2", "ens": "10.0.0.2", "own": "10.0.0.3", "gpu": "10.0.0.3"}
+    out = plan_model_apps(sources, generations, ServerSettings(str(repo)), ClusterGpus(total=1), b"t", {}, nodes=nodes)
+    # a GPU instance stays where its GPU is
+    assert out.on_node == {"cpu": "10.0.0.2", "ens": "10.0.0.2", "own": "10.0.0.3"}
+    assert [(load.key.name, load.nodes) for load in out.hosted["cpu"]] == [("cpu", ("10.0.0.2",))]
+    assert out.hosted["cpu"][0].held_on("10.0.0.2") and not out.hosted["cpu"][0].held_on("10.0.0.1")
+    assert [load.nodes for load in out.hosted["gpu"]] == [()]
+    (own_app,) = [a for a in out.apps if "own" in a]
+    options = out.apps[own_app]._bound_deployment.ray_actor_options
+    assert options["resources"] == {"node:10.0.0.3": 0.001}
+
+
 def test_plan_fails_a_model_that_cannot_be_placed_and_plans_the_others(tmp_path: pathlib.Path) -> None:
     example_models.add_sub(tmp_path, name="gpu", dims=DIMS, extra_config="instance_group [ { kind: KIND_GPU } ]")
     example_models.add_sub(tmp_path, dims=DIMS)

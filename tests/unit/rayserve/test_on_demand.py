@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,21 @@ class FakeManager:
         self.evicted: list[str] = []
         self.broken: set[str] = set()
         self.on_demand = on_demand
+        self.nodes: list[str] = []  # the nodes with hosts (none: one node)
+        self.placed: dict[str, str] = {}
 
     @property
     def lock(self) -> asyncio.Lock:
         return self._lock
 
-    async def demand_load(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
+    async def host_nodes(self) -> list[str]:
+        return list(self.nodes)
+
+    async def demand_load(
+        self, names: list[str], nodes: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, str], list[str]]:
         self.loads.append(list(names))
+        self.placed.update(nodes or {})
         await asyncio.sleep(0)
         failures, loaded = {}, []
         for name in names:
@@ -44,7 +53,8 @@ class FakeManager:
                 else:
                     self.control.loaded(model, source)
                     assert self.on_demand is not None
-                    self.on_demand.residency.loaded(model, pinned=False)
+                    where = [nodes[name]] if nodes and name in nodes else None
+                    self.on_demand.residency.loaded(model, pinned=False, nodes=where)
                     loaded.append(model)
         return failures, loaded
 
@@ -136,3 +146,26 @@ async def test_a_request_waits_no_longer_than_its_bound(root: Path) -> None:
 def test_usage_adds_up_the_gateways() -> None:
     answers = [{"a": (5.0, False, 1)}, {"a": (7.0, True, 2), "b": (None, False, 0)}, RuntimeError("gone")]
     assert usage_of(answers) == {"a": Usage(7.0, True, 3), "b": Usage(None, False, 0)}
+
+
+async def test_each_node_has_a_budget_and_loads_go_where_there_is_room(root: Path) -> None:
+    on_demand, manager = loop(root, budget=1)
+    manager.nodes = ["n1", "n2"]
+    await on_demand.demand("a")
+    await on_demand.demand("b")
+    assert manager.placed == {"a": "n1", "b": "n2"} and manager.evicted == []
+    await on_demand.demand("c")  # both nodes full: the least recently used (a) makes room on n1
+    assert manager.evicted == ["a"] and manager.placed["c"] == "n1"
+    on_demand.stop()
+
+
+async def test_models_on_a_node_that_left_are_unloaded(root: Path) -> None:
+    on_demand, manager = loop(root, budget=1)
+    manager.nodes = ["n1", "n2", "n3"]
+    await on_demand.demand("a")
+    assert manager.placed == {"a": "n1"}
+    manager.nodes = ["n2", "n3"]
+    on_demand._nodes = (-1e9, [])  # the nodes are asked again
+    await on_demand.demand("b")
+    assert manager.evicted == ["a"] and manager.placed["b"] == "n2"
+    on_demand.stop()

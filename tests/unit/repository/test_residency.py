@@ -132,10 +132,58 @@ def test_a_reload_keeps_whose_model_it_is_and_restarts_the_minimum_time() -> Non
 
 def test_nodes_have_budgets_of_their_own() -> None:
     r, clock = residency(budget=1)
-    r.loaded("a", pinned=False, node="n1")
+    r.loaded("a", pinned=False, nodes=["n1"])
     clock.now += 100
-    assert r.admit([("b", 1)], {}, node="n2") == Admission(["b"])
-    assert r.admit([("b", 1)], {}, node="n1") == Admission(["b"], ["a"])
+    # n2 has room: b goes there, nothing is evicted
+    assert r.admit([("b", 1)], {}, nodes=["n1", "n2"]) == Admission(["b"], [], None, {"b": "n2"})
+    # only n1 to choose from: a makes room
+    assert r.admit([("b", 1)], {}, nodes=["n1"]) == Admission(["b"], ["a"], None, {"b": "n1"})
+
+
+def test_loads_spread_to_the_node_with_the_most_room() -> None:
+    r, _ = residency(budget=3)
+    r.loaded("a", pinned=False, nodes=["n1"])
+    got = r.admit([("b", 1), ("c", 1), ("d", 1)], {}, nodes=["n1", "n2"])
+    assert got.nodes == {"b": "n2", "c": "n1", "d": "n2"} and got.evict == []
+
+
+def test_a_full_cluster_evicts_the_least_recently_used_of_any_node() -> None:
+    r, clock = residency(budget=1)
+    r.loaded("a", pinned=False, nodes=["n1"])
+    r.loaded("b", pinned=False, nodes=["n2"])
+    clock.now += 100
+    r.touch("a")  # b, on n2, was used longest ago
+    assert r.admit([("c", 1)], {}, nodes=["n1", "n2"]) == Admission(["c"], ["b"], None, {"c": "n2"})
+    # a busy b stays: a makes room on n1 instead
+    got = r.admit([("c", 1)], {"b": Usage(busy=True)}, nodes=["n1", "n2"])
+    assert (got.evict, got.nodes) == (["a"], {"c": "n1"})
+
+
+def test_a_model_on_every_node_counts_on_each_and_frees_each() -> None:
+    r, clock = residency(budget=2)
+    r.loaded("op", pinned=True)  # the operator's: on every node
+    r.loaded("everywhere", pinned=False)  # loaded on demand, placed by Serve
+    clock.now += 100
+    assert r.counted("n1") == r.counted("n2") == 2
+    got = r.admit([("x", 1), ("y", 1)], {}, nodes=["n1", "n2"])
+    assert got.evict == ["everywhere"] and got.nodes == {"x": "n1", "y": "n2"}
+
+
+def test_no_room_on_any_node_waits_for_the_soonest() -> None:
+    r, clock = residency(budget=1, min_resident_s=30.0)
+    r.loaded("a", pinned=False, nodes=["n1"])
+    clock.now += 10
+    r.loaded("b", pinned=False, nodes=["n2"])
+    got = r.admit([("c", 1)], {}, nodes=["n1", "n2"])
+    assert got == Admission([], [], 1030.0)  # a may go first
+
+
+def test_an_operator_load_pins_the_model_on_every_node() -> None:
+    r, _ = residency(budget=1)
+    r.loaded("a", pinned=False, nodes=["n1"])
+    assert r.nodes_of("a") == frozenset({"n1"})
+    r.pin("a")
+    assert r.nodes_of("a") is None and r.counted("n2") == 1
 
 
 def test_nothing_is_evicted_for_a_load_that_still_would_not_fit() -> None:
