@@ -18,6 +18,7 @@ test here is skipped, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +163,9 @@ class MultiNode:
         return list(self.ray_result(code, "[i for part in parts for i in part]"))
 
 
-def _start(cluster: MultiNode) -> None:
+def start_server(cluster: MultiNode, server_args: Sequence[str]) -> None:
+    """Ray on every node, then ``python -m serve_app`` on the head with a gateway per node and
+    ``server_args``; returns once it is ready."""
     # One node at a time: the nodes share the head's session directory (Ray keeps it cluster-wide), and two
     # raylets starting together on one machine may race for its files.
     for node in cluster.nodes:
@@ -175,10 +178,7 @@ def _start(cluster: MultiNode) -> None:
         )
     cmd = [
         sys.executable, "-m", "serve_app", "--address", f"{cluster.head.address}:{RAY_PORT}",
-        "--model-repository", str(cluster.repo), "--gateway-replicas", str(len(cluster.nodes)),
-        "--model-control-mode", "explicit", *[a for m in models.LOADED for a in ("--load-model", m)],
-        "--allow-client-shm", "--load-on-demand", "--max-loaded-models-per-node", str(models.BUDGET),
-        "--on-demand-min-resident-s", "0",
+        "--model-repository", str(cluster.repo), "--gateway-replicas", str(len(cluster.nodes)), *server_args,
     ]  # fmt: skip
     env = dict(cluster.env, RAY_TMPDIR=str(cluster.node_tmp(cluster.head)))
     driver = cluster.net.popen(cluster.head, cmd, str(cluster.driver_log), env)
@@ -209,6 +209,31 @@ def cluster_env(tmp: pathlib.Path) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def cluster_of(nodes: int) -> Iterator[MultiNode]:
+    """``nodes`` nodes with no Ray yet (:func:`start_server` starts it); everything goes at the end."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="mn_", dir="/tmp"))  # short: Ray's socket paths
+    env = cluster_env(tmp)
+    try:
+        net = Network(nodes)
+    except Exception:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        yield MultiNode(net, tmp, env, tmp / "models", tmp / "server.log")
+    finally:
+        net.close()
+        if not os.environ.get("MULTINODE_KEEP"):  # set it to keep the nodes' and the server's logs
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+SERVER_ARGS = (
+    "--model-control-mode", "explicit", *[a for m in models.LOADED for a in ("--load-model", m)],
+    "--allow-client-shm", "--load-on-demand", "--max-loaded-models-per-node", str(models.BUDGET),
+    "--on-demand-min-resident-s", "0",
+)  # fmt: skip
+
+
 @pytest.fixture(scope="package")  # gone before the rest of the suite runs
 def multinode() -> Iterator[MultiNode]:
     reason = unavailable_reason()
@@ -216,19 +241,11 @@ def multinode() -> Iterator[MultiNode]:
         pytest.skip(f"multi-node tests need network namespaces: {reason}")
     if shutil.which("ray") is None:
         pytest.skip("multi-node tests need Ray's `ray` command on PATH")
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="mn_", dir="/tmp"))  # short: Ray's socket paths
-    env = cluster_env(tmp)
-    try:
-        net = Network(NODES)
-    except Exception as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        pytest.fail(f"building the nodes' network failed: {exc}")
-    cluster = MultiNode(net, tmp, env, tmp / "models", tmp / "server.log")
-    try:
+    with contextlib.ExitStack() as stack:  # the nodes go however the start or the tests end
+        try:
+            cluster = stack.enter_context(cluster_of(NODES))
+        except Exception as exc:
+            pytest.fail(f"building the nodes' network failed: {exc}")
         models.build(cluster.repo, cluster.head.address)
-        _start(cluster)
+        start_server(cluster, SERVER_ARGS)
         yield cluster
-    finally:
-        net.close()
-        if not os.environ.get("MULTINODE_KEEP"):  # set it to keep the nodes' and the server's logs
-            shutil.rmtree(tmp, ignore_errors=True)

@@ -55,6 +55,7 @@ def test_more_models_than_a_node_holds_load_across_the_cluster(multinode: MultiN
         if where:
             answered[model] = where
     held = lazy_by_node(multinode, answered)
+    print(f"\n[on demand] lazy models by node after {len(first)} cold requests: {held}")
     assert sorted(m for ms in held.values() for m in ms) == sorted(first), held
     assert all(len(ms) <= slots for ms in held.values()), held  # each node keeps its budget
     assert len(held) >= -(-len(first) // slots), held  # so they spread over the nodes
@@ -75,6 +76,7 @@ def test_more_models_than_a_node_holds_load_across_the_cluster(multinode: MultiN
     ready = [m for m in every if index[m].get("state") == "READY"]
     assert len(ready) <= slots * len(nodes), index
     held = lazy_by_node(multinode, {m: answered[m] for m in ready if m in answered})
+    print(f"[on demand] after {len(rest + first)} more: {held}, {evictions(nodes[0]):g} evictions")
     assert all(len(ms) <= slots for ms in held.values()), held
     assert evictions(nodes[0]) >= len(every) - slots * len(nodes)
 
