@@ -62,7 +62,7 @@ def build(repo: pathlib.Path, models: int, python_share: float, seed: int) -> li
     for i in range(models):
         name = f"od_{i:04d}"
         if rng.random() < python_share:
-            python_models.add_sub(repo, name=name, extra=ON_CPU)
+            python_models.add_sub(repo, name=name)  # KIND_CPU already
         else:
             example_models.add_sub(repo, name=name, extra_config=ON_CPU)
         names.append(name)

@@ -126,8 +126,9 @@ class ServerSettings:
     )
     max_loaded_models_per_node: int = setting(
         0,
-        "load_on_demand: models loaded on demand that one node holds at most; a load that would exceed it "
-        "unloads the least recently used idle model loaded on demand first (0: no limit)",
+        "load_on_demand: models one node holds at most (every loaded model counts; the operator's count on every "
+        "node); a load goes to the node with the most room, or unloads the least recently used idle model loaded "
+        "on demand first (0: no limit)",
     )
     on_demand_min_resident_s: float = setting(
         30.0,

@@ -57,20 +57,29 @@ class ServiceLink:
             raise InternalError("the server is not running yet")
         return self.service
 
-    def _model(self, request: InferRequest, *, decoupled: bool = False) -> ServedModel:
-        """The called model; ``decoupled``: for ``exec(decoupled=True)``, where Triton names a model it does
-        not know as its core does (``Request for unknown model: ...``), and one it knows but that is not
-        ready as the non-decoupled call does."""
+    async def _model(self, request: InferRequest, *, decoupled: bool = False) -> ServedModel:
+        """The called model (loaded first, when the server loads on demand and it isn't); ``decoupled``: for
+        ``exec(decoupled=True)``, where Triton names a model it does not know as its core does (``Request for
+        unknown model: ...``), and one it knows but that is not ready as the non-decoupled call does."""
         service = self._service()
         name, version = request.model_name, request.model_version
         if not service.model_ready(name, version):
             if decoupled and not service.registry.versions(name) and service.registry.failed(name) is None:
-                raise NotFound(bls_error(name, f"Request for unknown model: '{name}' is not found"))
-            raise NotFound(bls_error(name, f"Failed for execute the inference request. Model '{name}' is not ready."))
+                missing = NotFound(bls_error(name, f"Request for unknown model: '{name}' is not found"))
+            else:
+                missing = NotFound(
+                    bls_error(name, f"Failed for execute the inference request. Model '{name}' is not ready.")
+                )
+            if service.on_demand is None or service.registry.versions(name):
+                raise missing
+            try:
+                return await service.model_after_miss(name, version, missing)
+            except ServeError as exc:
+                raise type(exc)(bls_error(name, exc.message)) from None
         return service.model(name, version)
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        model = self._model(request)
+        model = await self._model(request)
         if model.is_decoupled:
             raise InternalError(
                 bls_error(
@@ -83,7 +92,7 @@ class ServiceLink:
         return await self._service().infer(model, request)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model = self._model(request, decoupled=True)
+        model = await self._model(request, decoupled=True)
         try:
             async with contextlib.aclosing(self._service().infer_stream(model, request)) as items:
                 async for item in items:

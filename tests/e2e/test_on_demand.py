@@ -1,7 +1,7 @@
 """Load on demand and the per-node budget on a server of its own, with stock tritonclient: a cold request
 served, concurrent cold requests sharing one load, LRU eviction, what is never evicted (in flight, queued,
-live sequences, the operator's models), a load failure answered, poll mode, and the setting off changing
-nothing.
+live sequences, the operator's models), a load failure answered, a BLS call loading the model it calls, poll
+mode, and the setting off changing nothing.
 
 The budget is 3 models; ``pinned`` (``--load-model``) holds one of them, so two models loaded on demand fit.
 Models may be evicted as soon as they are loaded (``--on-demand-min-resident-s 0``): the minimum time is
@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from scripts import example_models
+from scripts import example_models, python_models
 from tests.e2e import cancel_models
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.sequence_models import accumulator
@@ -33,13 +33,16 @@ COLD = ("m1", "m2", "m3")
 GATE = "gate"  # its executions wait until the test creates ``open`` in its directory
 SEQ = "seq"
 BROKEN = "broken"
-ON_DEMAND = (*COLD, GATE, SEQ)
+BLS, BLS_TARGET = "py_bls", "py_target"  # Triton's bls example, and the model it is told to call
+ON_DEMAND = (*COLD, GATE, SEQ, BLS, BLS_TARGET)
 
 
 def build(repo: pathlib.Path) -> None:
     for name in (PINNED, *COLD):
         example_models.add_sub(repo, name=name)
     cancel_models.build(repo)
+    python_models.bls(repo, BLS)
+    python_models.add_sub(repo, BLS_TARGET)
     accumulator(repo, SEQ, max_batch_size=1, instances=1, idle_us=120_000_000)
     broken = example_models.add_sub(repo, name=BROKEN)
     (broken / "config.pbtxt").write_text(f'name: "{BROKEN}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
@@ -215,6 +218,18 @@ def test_a_load_failure_is_answered_until_the_repository_changes(
     assert after["nv_model_on_demand_load_failures_total"] - before["nv_model_on_demand_load_failures_total"] == 1
     entry = [e for e in client.get_model_repository_index() if e["name"] == BROKEN]
     assert entry and entry[0]["state"] == "UNAVAILABLE"
+
+
+def test_a_bls_call_loads_the_model_it_calls(client: httpclient.InferenceServerClient) -> None:
+    a, b = np.arange(16, dtype=np.float32), np.full(16, 2, dtype=np.float32)
+    inputs = [httpclient.InferInput("MODEL_NAME", [1], "BYTES"), httpclient.InferInput("INPUT0", [16], "FP32"),
+              httpclient.InferInput("INPUT1", [16], "FP32")]  # fmt: skip
+    inputs[0].set_data_from_numpy(np.array([BLS_TARGET.encode()], dtype=np.object_))
+    inputs[1].set_data_from_numpy(a)
+    inputs[2].set_data_from_numpy(b)
+    result = client.infer(BLS, inputs)  # loads py_bls, whose call loads py_target
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    assert loaded(client) == {PINNED, BLS, BLS_TARGET}
 
 
 def test_a_name_not_in_the_repository_is_unknown(client: httpclient.InferenceServerClient) -> None:
