@@ -191,7 +191,7 @@ class ModelManager(StopsOnShutdown):
         async with self._lock:
             plan = self.control.prepare_load(name, config_json, dict(files or {}))
             if self._on_demand is not None and self.control.is_explicit(name):
-                self._on_demand.residency.pin(name)  # the operator's model now: never evicted, on every node
+                self._on_demand.residency.pin(name)  # the operator's model now: never evicted; deployed everywhere
             failures = await self._load_models(dict(plan.sources)) if plan.sources else {}
             if plan.unload:  # ensembles the reload left without the steps they need
                 await self._remove(list(plan.unload), reason="unloaded")
@@ -381,9 +381,9 @@ class ModelManager(StopsOnShutdown):
         out = {name: self._placing[name] for name in sources if name in self._placing}
         if self._on_demand is not None:
             for name in sources:
-                nodes = self._on_demand.residency.nodes_of(name)
-                if name not in out and nodes is not None and len(nodes) == 1:
-                    out[name] = next(iter(nodes))
+                node = self._on_demand.residency.kept_on(name)
+                if name not in out and node is not None:
+                    out[name] = node
         return out
 
     def _checked(

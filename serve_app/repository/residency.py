@@ -103,10 +103,9 @@ class Residency:
         self._models[name] = _Resident(where, now, now, pinned)
 
     def pin(self, name: str) -> None:
-        """The operator loaded ``name``: it is never evicted (and it runs on every node)."""
+        """The operator loaded ``name``: it is never evicted (where it runs changes only with a deploy)."""
         if name in self._models:
             self._models[name].pinned = True
-            self._models[name].nodes = None
 
     def stranded(self, live: Collection[str]) -> list[str]:
         """The models loaded on demand whose nodes all left the cluster (to unload: a request loads them again
@@ -117,6 +116,14 @@ class Residency:
         """Where ``name`` runs (None: on every node, or not loaded)."""
         record = self._models.get(name)
         return None if record is None else record.nodes
+
+    def kept_on(self, name: str) -> str | None:
+        """The one node a reload of ``name`` stays on: a model loaded on demand there (None for the operator's
+        models, which a deploy puts on every node)."""
+        record = self._models.get(name)
+        if record is None or record.pinned or record.nodes is None or len(record.nodes) != 1:
+            return None
+        return next(iter(record.nodes))
 
     def unloaded(self, name: str) -> None:
         self._models.pop(name, None)

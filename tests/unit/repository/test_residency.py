@@ -178,11 +178,13 @@ def test_no_room_on_any_node_waits_for_the_soonest() -> None:
     assert got == Admission([], [], 1030.0)  # a may go first
 
 
-def test_an_operator_load_pins_the_model_on_every_node() -> None:
+def test_a_reload_stays_on_its_node_unless_the_operator_loaded_the_model() -> None:
     r, _ = residency(budget=1)
     r.loaded("a", pinned=False, nodes=["n1"])
-    assert r.nodes_of("a") == frozenset({"n1"})
-    r.pin("a")
+    assert r.nodes_of("a") == frozenset({"n1"}) and r.kept_on("a") == "n1"
+    r.pin("a")  # the operator loaded it: its next deploy puts it on every node
+    assert r.kept_on("a") is None and r.counted("n2") == 0
+    r.loaded("a", pinned=True)
     assert r.nodes_of("a") is None and r.counted("n2") == 1
 
 
