@@ -3,7 +3,10 @@
 The nodes are network namespaces on a bridge (``netns.py``).  ``n1`` runs the Ray
 head and the server's driver (``python -m serve_app --address ...``, as a user
 runs it on a head node); ``n2`` to ``n4`` are workers with two fake GPUs each
-(Ray's ``GPU`` resource and ``gpu_idx_<i>``, as an operator declares them).
+(Ray's ``GPU`` resource and ``gpu_idx_<i>``, as an operator declares them).  The
+server loads the ``models.LOADED`` models at start and others on demand, under a
+per-node budget (``SERVER_ARGS``); ``cluster_of`` and ``start_server`` also serve
+``scripts/bench_on_demand.py --nodes``.
 ``ray start --head`` turns on Ray's token authentication, so every node and the
 driver get ``RAY_AUTH_MODE=token`` and one token file of ours.  Each node keeps
 its Ray files in a directory of its own (``RAY_TMPDIR``): the namespaces share
