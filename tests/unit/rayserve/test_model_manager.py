@@ -75,6 +75,7 @@ class Manager:
         mgr._gpus = ClusterGpus(total=0)
         mgr._on_demand = None
         mgr._demanding = False
+        mgr._placing = {}
         self.mgr = mgr
         self.run: list[list[str]] = []  # applications started, per deploy
         self.bad: dict[str, str] = {}  # model -> the load error its instances report
