@@ -3,7 +3,9 @@
 Requests for a model that is not loaded wait on one future per model (so
 concurrent first requests share one load); the loop admits waiting models in
 the order asked, evicts what the residency picks, then loads a batch under the
-manager's lock, as the repository API's loads are.
+manager's lock, as the repository API's loads are.  On a cluster it also asks
+which nodes have hosts (the budget is per node, and the residency picks each
+load's node) and unloads the models whose node left.
 """
 
 from __future__ import annotations
