@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from scripts import example_models, python_models
 from tests.support.net import free_port
-from tests.support.soak import mib, pct, rss_by_group, session_processes
+from tests.support.soak import mib, pct, process_rss_kib, rss_by_group, server_ready, session_processes
 
 ROW = [float(i) for i in range(16)]
 ON_CPU = "instance_group [ { kind: KIND_CPU count: 1 } ]\n"  # the cluster's nodes declare GPUs they don't have
@@ -110,14 +110,6 @@ def metric_totals(metrics: str) -> dict[str, float]:
     return out
 
 
-def ready(http: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=2) as r:
-            return r.status == 200
-    except Exception:
-        return False
-
-
 def server_args(repo: pathlib.Path, args: argparse.Namespace) -> list[str]:
     return [
         "--model-repository", str(repo), "--model-control-mode", "explicit", "--load-on-demand",
@@ -130,10 +122,8 @@ def pids_rss_kib(pids: list[int]) -> int:
     total = 0
     for pid in pids:
         try:
-            for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
+            total += process_rss_kib(pid)
+        except OSError:  # gone meanwhile
             pass
     return total
 
@@ -148,7 +138,7 @@ def one_node(repo: pathlib.Path, args: argparse.Namespace, log: pathlib.Path) ->
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         t0 = time.monotonic()
-        while not (ready(f"127.0.0.1:{http}") and b"serve_app ready" in log.read_bytes()):
+        while not (server_ready(f"127.0.0.1:{http}") and b"serve_app ready" in log.read_bytes()):
             if proc.poll() is not None or time.monotonic() - t0 > args.timeout_s:
                 raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)

@@ -450,6 +450,14 @@ def group_of(cmdline: bytes) -> str:
     return prog
 
 
+def process_rss_kib(pid: int) -> int:
+    """A process's resident memory, KiB (0 when it has none, as a kernel thread; raises OSError once gone)."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
 def session_processes(sid: int) -> list[ProcInfo]:
     """Live (non-zombie) processes of session ``sid``, with their resident memory."""
     out = []
@@ -461,11 +469,7 @@ def session_processes(sid: int) -> list[ProcInfo]:
             state, _ppid, _pgrp, s = stat.rsplit(")", 1)[1].split()[:4]
             if state == "Z" or int(s) != sid:
                 continue
-            rss = 0
-            for line in (entry / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-                    break
+            rss = process_rss_kib(int(entry.name))
             out.append(ProcInfo(int(entry.name), group_of((entry / "cmdline").read_bytes()), rss))
         except (OSError, ValueError, IndexError):
             continue
